@@ -1,0 +1,173 @@
+"""`glassbox exporter`: flags in, a validated ExporterConfig out, then serve."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import urlparse
+
+from vllm_glassbox.units import parse_duration, parse_positive_number
+
+from .service import ExporterConfig, resolve_checkpoint_weights, serve
+from .weights import gpu_bandwidth
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Poll one vLLM server in the background and serve derived series "
+        "(values are as of the latest poll; scrapes never call vLLM).",
+    )
+    p.add_argument(
+        "--target",
+        default="http://127.0.0.1:8000",
+        metavar="URL",
+        help="vLLM base URL; reads URL/metrics and URL/version (default %(default)s)",
+    )
+    p.add_argument(
+        "--listen",
+        default="0.0.0.0:9400",
+        metavar="HOST:PORT",
+        help="where to serve /metrics and /healthz (default %(default)s)",
+    )
+    p.add_argument(
+        "--interval",
+        default="5s",
+        metavar="DUR",
+        help="poll period: 500ms, 5s, 1m or seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--window",
+        default="60s",
+        metavar="DUR",
+        help="window of every windowed series (default %(default)s)",
+    )
+    p.add_argument(
+        "--timeout",
+        default=None,
+        metavar="DUR",
+        help="hard deadline of one poll (default: the interval, at most 5s)",
+    )
+    p.add_argument(
+        "--max-bytes",
+        default=str(8 * 1024 * 1024),
+        metavar="N",
+        help="refuse pages larger than N bytes after decompression (default 8 MiB)",
+    )
+    p.add_argument("--weights-bytes", metavar="N", help="model weight bytes, when known")
+    p.add_argument(
+        "--vllm-log",
+        metavar="FILE",
+        help="vLLM's log, followed for startup facts (weights, KV memory)",
+    )
+    p.add_argument(
+        "--model-dir",
+        metavar="DIR",
+        help="checkpoint or Hugging Face cache dir: weights from safetensors "
+        "headers, else estimated from config.json",
+    )
+    bw = p.add_mutually_exclusive_group()
+    bw.add_argument(
+        "--gpu", metavar="NAME", help="GPU model for the datasheet bandwidth (e.g. L40S)"
+    )
+    bw.add_argument("--gpu-memory-bandwidth", metavar="B", help="peak memory bandwidth, bytes/s")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ExporterConfig:
+    """Validate every flag; raise ConfigError listing all problems at once."""
+    problems: list[str] = []
+
+    def check(flag: str, fn, raw):  # type: ignore[no-untyped-def]
+        try:
+            return fn(raw)
+        except ValueError as e:
+            problems.append(f"{flag}: {e}")
+            return None
+
+    target = urlparse(args.target)
+    if target.scheme not in ("http", "https") or not target.hostname:
+        problems.append(f"--target: {args.target!r} is not an http(s) URL")
+    host, _, port_text = args.listen.rpartition(":")
+    port = None
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        problems.append(f"--listen: {args.listen!r} is not HOST:PORT")
+    else:
+        port = int(port_text)
+    interval = check("--interval", parse_duration, args.interval)
+    window = check("--window", parse_duration, args.window)
+    timeout = (
+        check("--timeout", parse_duration, args.timeout)
+        if args.timeout
+        else min(interval or 5.0, 5.0)
+    )
+    max_bytes = check("--max-bytes", parse_positive_number, args.max_bytes)
+    weights = (
+        check("--weights-bytes", parse_positive_number, args.weights_bytes)
+        if args.weights_bytes is not None
+        else None
+    )
+    peak = None
+    if args.gpu:
+        peak = check("--gpu", gpu_bandwidth, args.gpu)
+    elif args.gpu_memory_bandwidth is not None:
+        peak = check("--gpu-memory-bandwidth", parse_positive_number, args.gpu_memory_bandwidth)
+    if interval and window and window < 2 * interval:
+        problems.append(
+            f"--window: {args.window} must span at least two polls (--interval {args.interval})"
+        )
+    if args.vllm_log and not Path(args.vllm_log).parent.is_dir():
+        problems.append(f"--vllm-log: directory of {args.vllm_log!r} does not exist")
+    if args.model_dir:
+        try:
+            resolve_checkpoint_weights(args.model_dir)
+        except (OSError, ValueError) as e:
+            problems.append(f"--model-dir: {e}")
+    if problems:
+        raise ConfigError("\n".join(problems))
+    assert interval and window and timeout and max_bytes and port is not None
+    return ExporterConfig(
+        target=args.target.rstrip("/"),
+        listen_host=host.strip("[]") or "0.0.0.0",
+        listen_port=port,
+        interval_seconds=interval,
+        window_seconds=window,
+        timeout_seconds=timeout,
+        max_bytes=int(max_bytes),
+        weights_bytes=weights,
+        vllm_log=args.vllm_log,
+        model_dir=args.model_dir,
+        peak_bandwidth=peak,
+    )
+
+
+def main(argv: Sequence[str], prog: str = "glassbox exporter") -> int:
+    args = build_parser(prog).parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
+    )
+    try:
+        config = config_from_args(args)
+    except ConfigError as e:
+        print(f"{prog}: invalid flags:\n{e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        serve(config, stop)
+    except OSError as e:
+        print(f"{prog}: cannot listen on {args.listen}: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,262 @@
+"""The derivation core: every number glassbox publishes, as pure functions.
+
+The exporter (over a sliding window), the lab (around one request) and the tests all
+compute derived values here and nowhere else. Inputs are `Increase`s: how much each
+canonical counter grew over some span, with Prometheus `increase()` semantics (a decrease
+is a counter reset, never a negative value). A ratio whose denominator did not grow is
+None: absent, never 0 and never NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from . import snapshot as s
+
+
+def counter_increase(before: float, after: float) -> float:
+    """Increase of a counter between two readings; a decrease means it restarted at 0."""
+    return after - before if after >= before else after
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator > 0 else None
+
+
+@dataclass(frozen=True)
+class Increase:
+    """How much each canonical counter grew over `seconds` (for one engine, or summed)."""
+
+    counters: Mapping[str, float]
+    seconds: float
+
+    def __getitem__(self, name: str) -> float:
+        return self.counters.get(name, 0.0)
+
+    def __add__(self, other: Increase) -> Increase:
+        """Aggregate engines: sum numerators and denominators, never average ratios."""
+        names = set(self.counters) | set(other.counters)
+        return Increase({n: self[n] + other[n] for n in names}, max(self.seconds, other.seconds))
+
+    def has(self, name: str) -> bool:
+        return name in self.counters
+
+
+def increase_between(
+    before: Mapping[str, float],
+    after: Mapping[str, float],
+    seconds: float,
+    restarted: bool = False,
+) -> Increase:
+    """Increase from one counter reading to the next (the lab's before/after snapshots).
+
+    A counter absent before starts from 0 (vLLM creates some lazily). `restarted` says
+    the target restarted between the readings, so every counter started again from 0.
+    """
+    return Increase(
+        {
+            name: value if restarted else counter_increase(before.get(name, 0.0), value)
+            for name, value in after.items()
+        },
+        seconds,
+    )
+
+
+# --- decode -----------------------------------------------------------------------------
+
+
+def decode_tokens(d: Increase) -> float:
+    """Generated tokens minus each request's first token (which prefill produced)."""
+    return d[s.GENERATION_TOKENS] - d[s.TTFT_COUNT]
+
+
+def time_per_output_token(d: Increase) -> float | None:
+    """Seconds per decode token; correct under speculation (one ITL sample per step)."""
+    return ratio(d[s.ITL_SUM], decode_tokens(d))
+
+
+def inter_token_latency(d: Increase) -> float | None:
+    """Mean seconds of one decode step of one sequence."""
+    return ratio(d[s.ITL_SUM], d[s.ITL_COUNT])
+
+
+def tokens_per_forward_pass(d: Increase) -> float | None:
+    """Decode tokens per decode step of one sequence: 1.0 without speculation."""
+    return ratio(decode_tokens(d), d[s.ITL_COUNT])
+
+
+def engine_steps_per_second(d: Increase) -> float | None:
+    return ratio(d[s.ENGINE_STEPS], d.seconds)
+
+
+def tokens_per_engine_step(d: Increase) -> float | None:
+    return ratio(d[s.GENERATION_TOKENS], d[s.ENGINE_STEPS])
+
+
+def time_to_first_token(d: Increase) -> float | None:
+    return ratio(d[s.TTFT_SUM], d[s.TTFT_COUNT])
+
+
+def preemptions_per_second(d: Increase) -> float | None:
+    # A counter vLLM does not show at all (V0 pages) is absent, not a rate of 0.
+    return ratio(d[s.PREEMPTIONS], d.seconds) if d.has(s.PREEMPTIONS) else None
+
+
+# --- speculative decoding ---------------------------------------------------------------
+
+
+def spec_acceptance_ratio(d: Increase) -> float | None:
+    return ratio(d[s.SPEC_ACCEPTED], d[s.SPEC_DRAFT_TOKENS])
+
+
+def spec_mean_acceptance_length(d: Increase) -> float | None:
+    r = ratio(d[s.SPEC_ACCEPTED], d[s.SPEC_DRAFTS])
+    return None if r is None else 1.0 + r
+
+
+def spec_position_acceptance(d: Increase) -> dict[str, float]:
+    """Acceptance ratio at each draft position (absent when no draft was made)."""
+    out: dict[str, float] = {}
+    for position in s.spec_positions(d.counters):
+        r = ratio(d[s.SPEC_ACCEPTED_AT + position], d[s.SPEC_DRAFTS])
+        if r is not None:
+            out[position] = r
+    return out
+
+
+def spec_draft_coverage(d: Increase) -> float | None:
+    """Share of decode steps that speculated at all; absent without spec counters."""
+    if not d.has(s.SPEC_DRAFTS):
+        return None
+    return ratio(d[s.SPEC_DRAFTS], d[s.ITL_COUNT])
+
+
+# --- weights and memory bandwidth -------------------------------------------------------
+
+
+def weight_bytes_per_output_token(d: Increase, weights_bytes: float | None) -> float | None:
+    """Weight bytes read per generated token: each engine step reads every weight once."""
+    r = ratio(d[s.ENGINE_STEPS], d[s.GENERATION_TOKENS])
+    return None if r is None or weights_bytes is None else weights_bytes * r
+
+
+def weight_read_bandwidth(d: Increase, weights_bytes: float | None) -> float | None:
+    """Bytes/s achieved reading the weights: weights over the mean decode step time."""
+    step = inter_token_latency(d)
+    return None if step is None or weights_bytes is None else ratio(weights_bytes, step)
+
+
+def memory_bandwidth_utilization(
+    d: Increase, weights_bytes: float | None, peak_bandwidth: float | None
+) -> float | None:
+    achieved = weight_read_bandwidth(d, weights_bytes)
+    return None if achieved is None or peak_bandwidth is None else ratio(achieved, peak_bandwidth)
+
+
+def decode_floor_seconds(weights_bytes: float | None, peak_bandwidth: float | None) -> float | None:
+    """Physical lower bound of one decode step: every weight byte read at peak bandwidth."""
+    if weights_bytes is None or peak_bandwidth is None:
+        return None
+    return ratio(weights_bytes, peak_bandwidth)
+
+
+# --- KV cache ---------------------------------------------------------------------------
+
+
+def kv_cache_used_tokens(usage: float | None, capacity_tokens: int | None) -> float | None:
+    if usage is None or capacity_tokens is None:
+        return None
+    return usage * capacity_tokens
+
+
+# --- the catalogue of windowed series ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a derived value may need besides counter increases."""
+
+    weights_bytes: float | None = None
+    peak_bandwidth: float | None = None
+
+
+@dataclass(frozen=True)
+class WindowedSeries:
+    """One exported series computed from an Increase over the window."""
+
+    name: str
+    help: str
+    compute: Callable[[Increase, Context], float | None]
+
+
+WINDOWED: tuple[WindowedSeries, ...] = (
+    WindowedSeries(
+        "glassbox_time_per_output_token_seconds",
+        "Seconds per decode token, correct under speculative decoding: "
+        "Δ ITL sum / (Δ generation tokens − Δ TTFT count)",
+        lambda d, c: time_per_output_token(d),
+    ),
+    WindowedSeries(
+        "glassbox_inter_token_latency_seconds",
+        "Mean seconds of one decode step of one sequence: Δ ITL sum / Δ ITL count",
+        lambda d, c: inter_token_latency(d),
+    ),
+    WindowedSeries(
+        "glassbox_tokens_per_forward_pass",
+        "Decode tokens per decode step of one sequence (1.0 without speculation): "
+        "(Δ generation tokens − Δ TTFT count) / Δ ITL count",
+        lambda d, c: tokens_per_forward_pass(d),
+    ),
+    WindowedSeries(
+        "glassbox_engine_steps_per_second",
+        "Engine steps per second: Δ iteration_tokens_total_count / window seconds",
+        lambda d, c: engine_steps_per_second(d),
+    ),
+    WindowedSeries(
+        "glassbox_tokens_per_engine_step",
+        "Generated tokens per engine step across the batch: Δ generation tokens / Δ engine steps",
+        lambda d, c: tokens_per_engine_step(d),
+    ),
+    WindowedSeries(
+        "glassbox_time_to_first_token_seconds",
+        "Mean time to first token: Δ TTFT sum / Δ TTFT count",
+        lambda d, c: time_to_first_token(d),
+    ),
+    WindowedSeries(
+        "glassbox_spec_decode_acceptance_ratio",
+        "Share of draft tokens accepted: Δ accepted tokens / Δ draft tokens",
+        lambda d, c: spec_acceptance_ratio(d),
+    ),
+    WindowedSeries(
+        "glassbox_spec_decode_mean_acceptance_length",
+        "Tokens emitted per verified draft: 1 + Δ accepted tokens / Δ drafts",
+        lambda d, c: spec_mean_acceptance_length(d),
+    ),
+    WindowedSeries(
+        "glassbox_spec_decode_draft_coverage_ratio",
+        "Share of decode steps that speculated at all: Δ drafts / Δ ITL count "
+        "(requests that bypass speculation pull it toward 0)",
+        lambda d, c: spec_draft_coverage(d),
+    ),
+    WindowedSeries(
+        "glassbox_weight_bytes_per_output_token",
+        "Weight bytes read per generated token: weights × Δ engine steps / Δ generation tokens",
+        lambda d, c: weight_bytes_per_output_token(d, c.weights_bytes),
+    ),
+    WindowedSeries(
+        "glassbox_weight_read_bandwidth_bytes_per_second",
+        "Achieved bandwidth of weight reads: weights / (Δ ITL sum / Δ ITL count)",
+        lambda d, c: weight_read_bandwidth(d, c.weights_bytes),
+    ),
+    WindowedSeries(
+        "glassbox_memory_bandwidth_utilization_ratio",
+        "Achieved weight-read bandwidth / peak memory bandwidth of the GPU",
+        lambda d, c: memory_bandwidth_utilization(d, c.weights_bytes, c.peak_bandwidth),
+    ),
+    WindowedSeries(
+        "glassbox_preemptions_per_second",
+        "Preemptions per second: Δ num_preemptions_total / window seconds",
+        lambda d, c: preemptions_per_second(d),
+    ),
+)

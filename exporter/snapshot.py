@@ -1,0 +1,237 @@
+"""One poll of vLLM's /metrics, reduced to version-independent numbers.
+
+vLLM renamed and hid metrics between v0.11 and today (see docs/vllm-metrics.md); this
+module is the only place that knows the exposed names. Everything downstream speaks of
+canonical counters (`GENERATION_TOKENS`, `ITL_SUM`, ...) per engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .textformat import DEFAULT_LIMITS, Labels, Limits, PageError, Samples, parse_samples
+
+# Canonical counter names. Values are cumulative, per (model_name, engine).
+GENERATION_TOKENS = "generation_tokens"
+PROMPT_TOKENS = "prompt_tokens"
+TTFT_SUM = "ttft_sum"
+TTFT_COUNT = "ttft_count"
+ITL_SUM = "itl_sum"
+ITL_COUNT = "itl_count"
+ENGINE_STEPS = "engine_steps"
+PREEMPTIONS = "preemptions"
+REQUESTS_FINISHED = "requests_finished"
+PREFILL_SUM = "request_prefill_sum"
+PREFILL_COUNT = "request_prefill_count"
+SPEC_DRAFTS = "spec_drafts"
+SPEC_DRAFT_TOKENS = "spec_draft_tokens"
+SPEC_ACCEPTED = "spec_accepted"
+SPEC_ACCEPTED_AT = "spec_accepted_at/"  # + position: "spec_accepted_at/0", ...
+
+# Gauges, per engine.
+RUNNING = "running"
+WAITING = "waiting"
+KV_USAGE = "kv_cache_usage"
+
+# Exposed counter sample name -> canonical name. Where vLLM has two names for the same
+# observations, the first present wins (ITL: current name, then the one v0.11 still shows).
+_COUNTERS: dict[str, tuple[str, ...]] = {
+    GENERATION_TOKENS: ("vllm:generation_tokens_total",),
+    PROMPT_TOKENS: ("vllm:prompt_tokens_total",),
+    TTFT_SUM: ("vllm:time_to_first_token_seconds_sum",),
+    TTFT_COUNT: ("vllm:time_to_first_token_seconds_count",),
+    ITL_SUM: (
+        "vllm:inter_token_latency_seconds_sum",
+        "vllm:time_per_output_token_seconds_sum",
+    ),
+    ITL_COUNT: (
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:time_per_output_token_seconds_count",
+    ),
+    ENGINE_STEPS: ("vllm:iteration_tokens_total_count",),
+    PREEMPTIONS: ("vllm:num_preemptions_total",),
+    REQUESTS_FINISHED: ("vllm:e2e_request_latency_seconds_count",),
+    PREFILL_SUM: ("vllm:request_prefill_time_seconds_sum",),
+    PREFILL_COUNT: ("vllm:request_prefill_time_seconds_count",),
+    SPEC_DRAFTS: ("vllm:spec_decode_num_drafts_total",),
+    SPEC_DRAFT_TOKENS: ("vllm:spec_decode_num_draft_tokens_total",),
+    SPEC_ACCEPTED: ("vllm:spec_decode_num_accepted_tokens_total",),
+}
+_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_GAUGES: dict[str, tuple[str, ...]] = {
+    RUNNING: ("vllm:num_requests_running",),
+    WAITING: ("vllm:num_requests_waiting",),
+    KV_USAGE: ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+}
+_CACHE_CONFIG = "vllm:cache_config_info"
+_PROCESS_START = "process_start_time_seconds"
+
+WANTED_SAMPLES: frozenset[str] = frozenset(
+    [n for names in (*_COUNTERS.values(), *_GAUGES.values()) for n in names]
+    + [_ACCEPTED_PER_POS, _CACHE_CONFIG, _PROCESS_START]
+)
+
+
+@dataclass(frozen=True, order=True)
+class EngineKey:
+    model_name: str
+    engine: str
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """`vllm:cache_config_info` of one engine."""
+
+    block_size: int | None
+    num_gpu_blocks_total: int | None  # summed over data-parallel engines by vLLM
+    engines: int  # how many engines report a cache config
+    kv_cache_size_tokens: int | None  # v0.24+, per engine
+    kv_cache_memory_bytes: int | None  # only when the user set it
+    gpu_memory_utilization: float | None
+
+    @property
+    def blocks(self) -> int | None:
+        """KV blocks of this engine."""
+        if self.num_gpu_blocks_total is None:
+            return None
+        return self.num_gpu_blocks_total // max(self.engines, 1)
+
+    @property
+    def capacity_tokens(self) -> int | None:
+        """Tokens the pool of this engine holds."""
+        if self.kv_cache_size_tokens is not None:
+            return self.kv_cache_size_tokens
+        if self.blocks is None or self.block_size is None:
+            return None
+        return self.blocks * self.block_size
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    counters: Mapping[str, float]
+    gauges: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything glassbox reads from one page."""
+
+    engines: Mapping[EngineKey, EngineSample]
+    cache: Mapping[str, CacheConfig] = field(default_factory=dict)  # by engine label
+    process_start_time: float | None = None
+
+    def cache_for(self, key: EngineKey) -> CacheConfig | None:
+        return self.cache.get(key.engine)
+
+
+def _engine_key(labels: Labels) -> EngineKey:
+    d = dict(labels)
+    # V0 pages have no engine label: one engine, index 0.
+    return EngineKey(d.get("model_name", ""), d.get("engine", "0"))
+
+
+def _strip(labels: Labels, *names: str) -> Labels:
+    return tuple((k, v) for k, v in labels if k not in names)
+
+
+def _first_present(samples: Samples, names: tuple[str, ...]) -> dict[Labels, float] | None:
+    for name in names:
+        if name in samples:
+            return samples[name]
+    return None
+
+
+def _int_label(d: Mapping[str, str], name: str) -> int | None:
+    raw = d.get(name)
+    if raw is None or raw in ("None", ""):
+        return None
+    try:
+        return int(float(raw))
+    except ValueError:
+        return None
+
+
+def _float_label(d: Mapping[str, str], name: str) -> float | None:
+    raw = d.get(name)
+    try:
+        return float(raw) if raw not in (None, "None", "") else None
+    except ValueError:
+        return None
+
+
+def _cache_configs(series: Mapping[Labels, float] | None) -> dict[str, CacheConfig]:
+    if not series:
+        return {}
+    by_engine = {dict(labels).get("engine", "0"): dict(labels) for labels in series}
+    return {
+        engine: CacheConfig(
+            block_size=_int_label(d, "block_size"),
+            num_gpu_blocks_total=_int_label(d, "num_gpu_blocks"),
+            engines=len(by_engine),
+            kv_cache_size_tokens=_int_label(d, "kv_cache_size_tokens"),
+            kv_cache_memory_bytes=_int_label(d, "kv_cache_memory_bytes"),
+            gpu_memory_utilization=_float_label(d, "gpu_memory_utilization"),
+        )
+        for engine, d in by_engine.items()
+    }
+
+
+def snapshot_from_samples(samples: Samples) -> Snapshot:
+    """Reduce the wanted samples of one page to per-engine numbers.
+
+    Multi-API-server pages (vLLM's multiprocess mode) may carry a `pid` label: counters
+    are summed over it, gauges take the max (v0.11.0's `kv_cache_usage_perc`).
+    """
+    counters: dict[EngineKey, dict[str, float]] = {}
+    gauges: dict[EngineKey, dict[str, float]] = {}
+
+    def add(
+        target: dict[EngineKey, dict[str, float]],
+        name: str,
+        series: Mapping[Labels, float],
+        combine: str,
+    ) -> None:
+        for labels, value in series.items():
+            key = _engine_key(_strip(labels, "pid"))
+            slot = target.setdefault(key, {})
+            if name in slot:
+                slot[name] = slot[name] + value if combine == "sum" else max(slot[name], value)
+            else:
+                slot[name] = value
+
+    for canonical, names in _COUNTERS.items():
+        series = _first_present(samples, names)
+        if series is not None:
+            add(counters, canonical, series, "sum")
+    for labels, value in samples.get(_ACCEPTED_PER_POS, {}).items():
+        position = dict(labels).get("position", "")
+        add(counters, SPEC_ACCEPTED_AT + position, {_strip(labels, "position"): value}, "sum")
+    for canonical, names in _GAUGES.items():
+        series = _first_present(samples, names)
+        if series is not None:
+            add(gauges, canonical, series, "max")
+
+    keys = set(counters) | set(gauges)
+    if not keys:
+        raise PageError(
+            "no_vllm_metrics",
+            "the page has no vllm: series (is vLLM started with --disable-log-stats?)",
+        )
+    start = samples.get(_PROCESS_START, {}).get((), None)
+    return Snapshot(
+        engines={k: EngineSample(counters.get(k, {}), gauges.get(k, {})) for k in sorted(keys)},
+        cache=_cache_configs(samples.get(_CACHE_CONFIG)),
+        process_start_time=start,
+    )
+
+
+def read_snapshot(text: str, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
+    """Parse a /metrics page into a Snapshot (raises PageError)."""
+    return snapshot_from_samples(parse_samples(text, WANTED_SAMPLES, limits))
+
+
+def spec_positions(counters: Iterable[str]) -> list[str]:
+    """Draft positions present among counter names, in numeric order."""
+    positions = [c[len(SPEC_ACCEPTED_AT) :] for c in counters if c.startswith(SPEC_ACCEPTED_AT)]
+    return sorted(positions, key=lambda p: (len(p), p))

@@ -1,0 +1,133 @@
+"""Startup facts from vLLM's log: weights, KV memory, KV tokens.
+
+No vLLM metric carries the size of the weights; the log does, in formats that changed
+across versions (see docs/vllm-metrics.md §6):
+
+    (EngineCore_DP0 pid=123) INFO 10-05 12:00:00 [gpu_model_runner.py:2653]
+        Model loading took 14.9935 GiB and 6.123456 seconds          (one line in the log)
+    ... Model loading took 15.5 GiB memory and 6.123456 seconds          (0.14+, rounded)
+    ... Available KV cache memory: 26.05 GiB
+    ... GPU KV cache size: 487,424 tokens                                   (≤0.27)
+    ... CPU KV cache size: 524,288 tokens, Maximum concurrency for 2,048 tokens per request: 256.00x
+
+`StartupFacts.feed(line)` is pure; `LogFollower` is the I/O that tails the file across
+restarts (truncation or rotation).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+
+GIB = 1024**3
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PROCESS = re.compile(r"\((?P<proc>[A-Za-z0-9_\[\]]+) pid=(?P<pid>\d+)\)")
+_WEIGHTS = re.compile(
+    r"(?:Model loading took|Loading model weights took) (?P<gib>[0-9.]+) (?:GiB|GB)"
+    r"(?: memory)?(?: and (?P<sec>[0-9.]+) seconds?)?"
+)
+_KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>[0-9.]+) ?GiB")
+_KV_TOKENS = re.compile(
+    r"(?P<device>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<tokens>[0-9,]+) tokens"
+)
+_CONCURRENCY = re.compile(
+    r"Maximum concurrency for (?P<len>[0-9,]+) tokens per request: (?P<x>[0-9.]+)x"
+)
+_LOAD_TIME = re.compile(r"Loading weights took (?P<sec>[0-9.]+) seconds")
+# "vLLM API server version X" (older), or the banner ending "version X" (0.30+).
+_SERVER_START = re.compile(r"(?:vLLM API server version|█\s+version) (?P<version>[0-9]\S*)")
+
+
+@dataclass(frozen=True)
+class StartupFacts:
+    """What the latest startup in a log said. Weights are summed over TP ranks."""
+
+    weights_by_rank: dict[str, float] = field(default_factory=dict)
+    model_load_seconds: float | None = None
+    weights_load_seconds: float | None = None
+    kv_cache_memory_bytes: float | None = None
+    kv_cache_tokens: int | None = None
+    max_model_len: int | None = None
+    max_concurrency: float | None = None
+    vllm_version: str | None = None
+    startups: int = 0  # how many startups the log has shown so far
+
+    @property
+    def weights_bytes(self) -> float | None:
+        return sum(self.weights_by_rank.values()) if self.weights_by_rank else None
+
+    def feed(self, raw_line: str) -> StartupFacts:
+        """The facts after one more log line (a new startup clears the old facts)."""
+        line = _ANSI.sub("", raw_line)
+        if m := _SERVER_START.search(line):
+            return StartupFacts(vllm_version=m.group("version"), startups=self.startups + 1)
+        if m := _WEIGHTS.search(line):
+            proc = _PROCESS.search(line)
+            rank = proc.group("proc") + ":" + proc.group("pid") if proc else "main"
+            facts = self
+            if rank in self.weights_by_rank:  # the same rank loading again: a restart
+                facts = StartupFacts(startups=self.startups + 1)
+            seconds = float(m.group("sec")) if m.group("sec") else facts.model_load_seconds
+            return replace(
+                facts,
+                weights_by_rank={**facts.weights_by_rank, rank: float(m.group("gib")) * GIB},
+                model_load_seconds=seconds,
+                startups=max(facts.startups, 1),
+            )
+        if m := _KV_MEMORY.search(line):
+            return replace(self, kv_cache_memory_bytes=float(m.group("gib")) * GIB)
+        if m := _LOAD_TIME.search(line):
+            return replace(self, weights_load_seconds=float(m.group("sec")))
+        facts = self
+        if m := _KV_TOKENS.search(line):
+            facts = replace(facts, kv_cache_tokens=int(m.group("tokens").replace(",", "")))
+        if m := _CONCURRENCY.search(line):
+            facts = replace(
+                facts,
+                max_model_len=int(m.group("len").replace(",", "")),
+                max_concurrency=float(m.group("x")),
+            )
+        return facts
+
+
+def read_facts(text: str) -> StartupFacts:
+    facts = StartupFacts()
+    for line in text.splitlines():
+        facts = facts.feed(line)
+    return facts
+
+
+class LogFollower:
+    """Tails a log file: new lines since the last call, across truncation and rotation."""
+
+    def __init__(self, path: str, max_line_bytes: int = 64 * 1024) -> None:
+        self.path = path
+        self.max_line_bytes = max_line_bytes
+        self._inode: int | None = None
+        self._offset = 0
+        self._partial = b""
+        self.facts = StartupFacts()
+
+    def poll(self, max_bytes: int = 4 * 1024 * 1024) -> StartupFacts:
+        """Read what was appended (at most max_bytes per call) and update the facts."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return self.facts
+        if st.st_ino != self._inode or st.st_size < self._offset:
+            self._inode, self._offset, self._partial = st.st_ino, 0, b""  # rotated/truncated
+        if st.st_size == self._offset:
+            return self.facts
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            chunk = f.read(max_bytes)
+        self._offset += len(chunk)
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > self.max_line_bytes:  # a runaway line: drop it
+            self._partial = b""
+        for line in lines:
+            self.facts = self.facts.feed(line[: self.max_line_bytes].decode("utf-8", "replace"))
+        return self.facts

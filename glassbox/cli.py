@@ -1,0 +1,42 @@
+"""`glassbox` — one command, a subcommand per part of the product."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from . import __version__
+
+# Each part registers its own flags; imports stay lazy so `glassbox exporter` never
+# pays for matplotlib or the Kubernetes client.
+_PARTS: dict[str, tuple[str, str]] = {
+    "exporter": ("vllm_glassbox.exporter.cli", "Serve derived series next to one vLLM server."),
+    "lab": ("vllm_glassbox.lab.cli", "Run the three experiments against a real vLLM."),
+    "demo": (
+        "vllm_glassbox.lab.demo",
+        "The whole story on this machine: vLLM on CPU, lab, report.",
+    ),
+    "dashboards": ("vllm_glassbox.dashboards.cli", "Generate dashboards; snapshot them as PNG."),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="glassbox",
+        description="Observability that opens vLLM's black box.",
+    )
+    parser.add_argument("--version", action="version", version=f"glassbox {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, summary) in _PARTS.items():
+        sub.add_parser(name, help=summary, add_help=False)
+    if not argv or argv[0] not in _PARTS:
+        parser.parse_args(argv or ["--help"])
+        return 2
+    module_name, summary = _PARTS[argv[0]]
+    import importlib
+
+    module = importlib.import_module(module_name)
+    run: Callable[[Sequence[str], str], int] = module.main
+    return run(argv[1:], f"glassbox {argv[0]}")

@@ -1,0 +1,36 @@
+"""Parsing of the units people type: durations and byte rates."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
+_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """'500ms', '5s', '1m', '2h' or plain seconds ('5', 2.5) -> seconds (> 0)."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a duration: {text!r}")
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        m = _DURATION.match(text)
+        if m is None:
+            raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 5s, 1m or 2.5)")
+        seconds = float(m.group(1)) * _SCALE[m.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"duration must be positive: {text!r}")
+    return seconds
+
+
+def parse_positive_number(text: str | float | int) -> float:
+    """A positive finite number, plain or scientific ('864e9')."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive number: {text!r}")
+    return value

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh), then run the whole story on this machine: a real vLLM CPU
+# server with tiny generated models, the exporter beside it, the lab's three experiments
+# and the report (written to ./demo-out).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec .venv/bin/glassbox demo --out demo-out "$@"
