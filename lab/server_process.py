@@ -1,0 +1,135 @@
+"""A vLLM server (or anything that takes vLLM's flags) as a child process.
+
+Started in its own process group with its log captured to a file, so stopping it takes
+every worker it spawned with it: the lab and the tests never leave a process behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+DEFAULT_COMMAND = f"{shlex.quote(sys.executable)} -m vllm.entrypoints.openai.api_server"
+
+_live: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """`command` + `args`, run until stop(); `url` is where it serves."""
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        log_path: Path,
+        command: str = DEFAULT_COMMAND,
+        port: int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = [*shlex.split(command), *args, "--host", "127.0.0.1", "--port", str(self.port)]
+        self.log_path = log_path
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,  # its own process group: stop() reaches the workers
+            )
+        _live.add(self)
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def wait_ready(self, timeout_seconds: float = 300.0) -> None:
+        """Wait for /health to answer 200; raise with the log's tail if it dies or stalls."""
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise ServerError(
+                    f"server exited with code {self._proc.returncode if self._proc else '?'} "
+                    f"before it was ready:\n{self.log_tail()}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                    return
+            time.sleep(0.5)
+        raise ServerError(f"server not ready after {timeout_seconds:g}s:\n{self.log_tail()}")
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def stop(self, grace_seconds: float = 15.0) -> None:
+        """SIGTERM the whole process group, then SIGKILL what is left."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        _live.discard(self)
+        for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # Workers may outlive the leader for a moment; make sure the group is gone.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_live):
+        server.stop(grace_seconds=5.0)

@@ -1,0 +1,191 @@
+"""The real stack for end-to-end tests: vLLM (CPU build), the exporter, Prometheus.
+
+One stack per test session (a vLLM CPU server takes about a minute to start). The
+workload is fixed and runs before any test looks at the data:
+
+  phase "spec"   right after startup: sequential requests on a repetitive prompt with
+                 ngram speculation on (drafts get accepted). Nothing ran before it, so
+                 any window that covers it and ends before "flood" sees only it.
+  quiet          SPEC_QUIET_SECONDS with no traffic: compare windowed values at
+                 `spec_compare_at` (end of spec + a few seconds).
+  phase "flood"  concurrent long requests on a 4,096-token pool: the pool fills,
+                 requests wait, vLLM preempts.
+
+Prometheus scrapes vLLM and the exporter every second and evaluates every rule file in
+alerts/ every second.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from vllm_glassbox.exporter.service import ExporterConfig, make_server, Poller
+from vllm_glassbox.lab.server_process import ServerProcess, free_port
+from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":1}'
+REPETITIVE_PROMPT = " ".join(["1 2 3 4 5"] * 10)
+EXPORTER_WINDOW_SECONDS = 60.0
+SPEC_QUIET_SECONDS = 12.0
+
+
+@dataclass
+class RealStack:
+    vllm: ServerProcess
+    exporter_url: str
+    prometheus_url: str
+    model_dir: Path
+    served_model_name: str
+    times: dict[str, float] = field(default_factory=dict)  # unix seconds of phase edges
+
+    @property
+    def spec_compare_at(self) -> float:
+        """A time whose trailing windows (≤ 60 s) hold the spec phase and nothing else."""
+        return self.times["spec_end"] + SPEC_QUIET_SECONDS - 2.0
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, str | float] = {"query": expr}
+        if at is not None:
+            params["time"] = at
+        r = httpx.get(self.prometheus_url + "/api/v1/query", params=params, timeout=10)
+        r.raise_for_status()
+        body = r.json()
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def query_range(self, expr: str, start: float, end: float, step: float = 1.0
+                    ) -> list[dict[str, Any]]:
+        r = httpx.get(
+            self.prometheus_url + "/api/v1/query_range",
+            params={"query": expr, "start": start, "end": end, "step": step},
+            timeout=30,
+        )
+        r.raise_for_status()
+        result: list[dict[str, Any]] = r.json()["data"]["result"]
+        return result
+
+
+def complete(url: str, model: str, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            **extra}
+    r = httpx.post(url + "/v1/completions", json=body, timeout=600)
+    r.raise_for_status()
+    result: dict[str, Any] = r.json()
+    return result
+
+
+def _prometheus_config(targets: dict[str, str], rule_files: list[str]) -> dict[str, Any]:
+    return {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
+                   "scrape_timeout": "900ms"},
+        "rule_files": rule_files,
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [hostport]}]}
+            for job, hostport in targets.items()
+        ],
+    }
+
+
+def _wait_http(url: str, timeout_seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not up after {timeout_seconds}s")
+
+
+@contextlib.contextmanager
+def real_stack(workdir: Path) -> Iterator[RealStack]:
+    if shutil.which("prometheus") is None:
+        raise RuntimeError("Debian's prometheus is not installed (scripts/setup.sh installs it)")
+    model_dir = generate(TinyModelSpec("tiny-stack"), workdir / "models")
+    vllm = ServerProcess(
+        [
+            "--model", str(model_dir), "--served-model-name", "tiny",
+            "--max-model-len", "2048", "--kv-cache-memory-bytes", "8388608",
+            "--speculative-config", SPEC_CONFIG,
+        ],
+        log_path=workdir / "vllm.log",
+    )
+    stop = threading.Event()
+    prometheus: subprocess.Popen[bytes] | None = None
+    with vllm:
+        vllm.wait_ready()
+        poller = Poller(ExporterConfig(
+            target=vllm.url, interval_seconds=1.0, window_seconds=EXPORTER_WINDOW_SECONDS,
+            timeout_seconds=0.9, model_dir=str(model_dir), vllm_log=str(vllm.log_path),
+            peak_bandwidth=20e9,
+        ))
+        server = make_server(poller, "127.0.0.1", free_port())
+        threading.Thread(target=poller.run, args=(stop,), daemon=True).start()
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        exporter_hostport = f"127.0.0.1:{server.server_address[1]}"
+        try:
+            prom_port = free_port()
+            rule_files = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml"))
+            config = workdir / "prometheus.yml"
+            config.write_text(yaml.safe_dump(_prometheus_config(
+                {"vllm": vllm.url.removeprefix("http://"), "glassbox": exporter_hostport},
+                rule_files,
+            )))
+            prom_log = open(workdir / "prometheus.log", "wb")
+            prometheus = subprocess.Popen(
+                ["prometheus", f"--config.file={config}",
+                 f"--storage.tsdb.path={workdir / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{prom_port}"],
+                stdout=prom_log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+            stack = RealStack(vllm, f"http://{exporter_hostport}", f"http://127.0.0.1:{prom_port}",
+                              model_dir, "tiny")
+            _wait_http(stack.prometheus_url + "/-/ready")
+            time.sleep(3)  # a few scrapes of the idle server first
+            _run_workload(stack)
+            yield stack
+        finally:
+            stop.set()
+            server.shutdown()
+            server.server_close()
+            if prometheus is not None:
+                prometheus.terminate()
+                try:
+                    prometheus.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    prometheus.kill()
+
+
+def _run_workload(stack: RealStack) -> None:
+    t = stack.times
+    t["spec_start"] = time.time()
+    for _ in range(3):
+        complete(stack.vllm.url, stack.served_model_name, REPETITIVE_PROMPT, 128,
+                 repetition_penalty=1.0, ignore_eos=True)
+    t["spec_end"] = time.time()
+    time.sleep(SPEC_QUIET_SECONDS)
+    t["flood_start"] = time.time()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
+        futures = [
+            pool.submit(complete, stack.vllm.url, stack.served_model_name,
+                        f"Write an extremely long and detailed essay, number {i}.", 1900,
+                        ignore_eos=True, temperature=0.7)
+            for i in range(12)
+        ]
+        for f in futures:
+            f.result()
+    t["flood_end"] = time.time()
+    time.sleep(3)  # let Prometheus scrape the end state
