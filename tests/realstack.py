@@ -40,6 +40,11 @@ SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":
 REPETITIVE_PROMPT = " ".join(["1 2 3 4 5"] * 10)
 EXPORTER_WINDOW_SECONDS = 60.0
 SPEC_QUIET_SECONDS = 12.0
+# 12 sequences of ~620 tokens need ~7,400 tokens of KV: the 4,096-token pool overflows
+# and vLLM preempts. Greedy decoding of random weights repeats itself, so the ngram
+# drafts are accepted and the flood stays short on two CPU cores.
+FLOOD_REQUESTS = 12
+FLOOD_MAX_TOKENS = 600
 
 
 @dataclass
@@ -181,9 +186,9 @@ def _run_workload(stack: RealStack) -> None:
     with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
         futures = [
             pool.submit(complete, stack.vllm.url, stack.served_model_name,
-                        f"Write an extremely long and detailed essay, number {i}.", 1900,
-                        ignore_eos=True, temperature=0.7)
-            for i in range(12)
+                        f"Write an extremely long and detailed essay, number {i}.",
+                        FLOOD_MAX_TOKENS, ignore_eos=True)
+            for i in range(FLOOD_REQUESTS)
         ]
         for f in futures:
             f.result()
