@@ -1,0 +1,52 @@
+"""vLLM / glassbox overview: is the server healthy, and what do its three mechanisms cost?
+
+The top answers "how is it doing now" (fleet recording rules), the middle puts the decode
+numbers next to vLLM's own raw series, the bottom says whether the exporter can see vLLM.
+"""
+
+from __future__ import annotations
+
+from . import panels as p
+from .common import Row
+from .common import dashboard as _dashboard
+
+dashboard = _dashboard(
+    uid="glassbox-overview",
+    title="vLLM glassbox / Overview",
+    description="Lab phases, the fleet at a glance, decode efficiency and vLLM's raw "
+    "context (running, waiting, KV usage, preemptions, throughput, TTFT).",
+    rows=[
+        Row("Lab phases", [(p.lab_phase(), 24)], height=4),
+        Row(
+            "At a glance (fleet, 5 m)",
+            [
+                (p.tpot_stat(), 4),
+                (p.tokens_per_forward_pass_stat(), 4),
+                (p.generation_stat(), 4),
+                (p.kv_usage_stat(), 4),
+                (p.waiting_stat(), 4),
+                (p.preemptions_stat(), 4),
+                (p.acceptance_stat(), 4),
+                (p.draft_coverage_stat(), 4),
+                (p.preemption_storm_stat(), 4),
+                (p.weights_bytes(), 4),
+                (p.target_up_stat(), 4),
+                (p.restarts_stat(), 4),
+            ],
+            height=4,
+        ),
+        Row("Decode", [(p.tpot(), 12), (p.tokens_per_forward_pass(), 12)]),
+        Row(
+            "Raw context (vLLM's own series)",
+            [
+                (p.raw_running_waiting(), 8),
+                (p.raw_kv_usage(), 8),
+                (p.raw_preemptions(), 8),
+                (p.raw_throughput(), 8),
+                (p.raw_requests(), 8),
+                (p.raw_ttft(), 8),
+            ],
+        ),
+        Row("Exporter", [(p.exporter_poll_duration(), 12), (p.exporter_errors(), 12)], height=6),
+    ],
+)

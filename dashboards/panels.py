@@ -1,0 +1,631 @@
+"""Every panel, as a function that builds a fresh one (a layout moves what it is given).
+
+Descriptions say what a series means and how it is computed; for the exporter's series
+they quote its HELP text (see `exporter_help`) instead of restating the formula.
+"""
+
+from __future__ import annotations
+
+from grafanalib.core import Panel
+
+from . import queries as q
+from .common import (
+    BYTES,
+    BYTES_PER_SECOND,
+    ENGINE_LEGEND,
+    FLEET_LEGEND,
+    NUMBER,
+    PER_SECOND,
+    RATIO,
+    SECONDS,
+    STATE_MAPPINGS,
+    TOKENS,
+    TOKENS_PER_SECOND,
+    UP_MAPPINGS,
+    Q,
+    stat,
+    table,
+    timeseries,
+)
+from .exporter_help import fleet, help_of, per_engine
+
+# Judgements, shared by the panels that draw them.
+KV_NEARLY_FULL = 0.95  # vLLM preempts once it cannot grow a running request's blocks
+_KV_THRESHOLDS = [("green", None), ("orange", KV_NEARLY_FULL)]
+_ANY_PREEMPTION = [("green", None), ("orange", 1e-9)]
+
+
+def _pair(name: str, record: str) -> str:
+    return f"{per_engine(name)}\n\n{fleet(record)}"
+
+
+# --- lab ----------------------------------------------------------------------------------
+
+
+def lab_phase() -> Panel:
+    return timeseries(
+        "Lab phase",
+        "1 while a phase of `glassbox lab` runs, one band per phase "
+        "(glassbox_lab_phase_info{phase, kind, variant}, served by the lab while it runs). "
+        "Empty when no lab ran in the time range.",
+        [Q(q.LAB_PHASE, "{{kind}}: {{phase}} {{variant}}")],
+        NUMBER,
+        band=True,
+    )
+
+
+# --- decode -------------------------------------------------------------------------------
+
+
+def tpot() -> Panel:
+    return timeseries(
+        "Time per output token (TPOT)",
+        "Seconds per generated decode token, counting every token a speculative step "
+        "emits (vLLM's ITL histogram has one sample per step, not per token).\n\n"
+        + _pair(
+            "glassbox_time_per_output_token_seconds",
+            "job_model_name:vllm_time_per_output_token_seconds:rate5m",
+        ),
+        [Q(q.TPOT, ENGINE_LEGEND), Q(q.TPOT_FLEET, FLEET_LEGEND)],
+        SECONDS,
+    )
+
+
+def decode_step() -> Panel:
+    return timeseries(
+        "Decode step (ITL) vs the decode floor",
+        "How long one decode step of one sequence takes, against the floor set by memory "
+        "bandwidth: each step reads every weight once.\n\n"
+        + _pair(
+            "glassbox_inter_token_latency_seconds",
+            "job_model_name:vllm_inter_token_latency_seconds:rate5m",
+        )
+        + f"\n\nFloor: {help_of('glassbox_decode_floor_seconds')} "
+        "Present only when the exporter knows the peak bandwidth (--gpu or "
+        "--gpu-memory-bandwidth).",
+        [
+            Q(q.ITL, ENGINE_LEGEND),
+            Q(q.ITL_FLEET, FLEET_LEGEND),
+            Q(q.DECODE_FLOOR, "decode floor ({{instance}})"),
+        ],
+        SECONDS,
+    )
+
+
+def tokens_per_forward_pass() -> Panel:
+    return timeseries(
+        "Tokens per forward pass",
+        "Above 1 only when speculative decoding lands accepted drafts.\n\n"
+        + _pair(
+            "glassbox_tokens_per_forward_pass",
+            "job_model_name:vllm_tokens_per_forward_pass:rate5m",
+        ),
+        [
+            Q(q.TOKENS_PER_FORWARD_PASS, ENGINE_LEGEND),
+            Q(q.TOKENS_PER_FORWARD_PASS_FLEET, FLEET_LEGEND),
+        ],
+        NUMBER,
+    )
+
+
+def tokens_per_engine_step() -> Panel:
+    return timeseries(
+        "Tokens per engine step",
+        "What one engine step yields across the whole batch: grows with batching and "
+        "with speculation.\n\n"
+        + _pair(
+            "glassbox_tokens_per_engine_step", "job_model_name:vllm_tokens_per_engine_step:rate5m"
+        ),
+        [
+            Q(q.TOKENS_PER_ENGINE_STEP, ENGINE_LEGEND),
+            Q(q.TOKENS_PER_ENGINE_STEP_FLEET, FLEET_LEGEND),
+        ],
+        NUMBER,
+    )
+
+
+def engine_steps() -> Panel:
+    return timeseries(
+        "Engine steps per second",
+        _pair("glassbox_engine_steps_per_second", "job_model_name:vllm_engine_steps:rate5m"),
+        [Q(q.ENGINE_STEPS, ENGINE_LEGEND), Q(q.ENGINE_STEPS_FLEET, FLEET_LEGEND)],
+        PER_SECOND,
+    )
+
+
+def generation_throughput_fleet() -> Panel:
+    return timeseries(
+        "Generated tokens per second",
+        "Fleet: recording rule job_model_name:vllm_generation_tokens:rate5m, "
+        "rate of vllm:generation_tokens_total over 5 minutes, summed over engines.",
+        [Q(q.GENERATION_TOKENS_FLEET, FLEET_LEGEND)],
+        TOKENS_PER_SECOND,
+    )
+
+
+# --- weights and bandwidth ----------------------------------------------------------------
+
+
+def weight_bytes_per_token() -> Panel:
+    return timeseries(
+        "Weight bytes read per output token",
+        "How well batching and speculation amortize the weight reads: each engine step "
+        "reads every weight once, whatever the batch.\n\n"
+        + per_engine("glassbox_weight_bytes_per_output_token"),
+        [Q(q.WEIGHT_BYTES_PER_TOKEN, ENGINE_LEGEND)],
+        BYTES,
+    )
+
+
+def weight_read_bandwidth() -> Panel:
+    return timeseries(
+        "Achieved weight-read bandwidth vs peak",
+        per_engine("glassbox_weight_read_bandwidth_bytes_per_second")
+        + f"\n\nPeak: {help_of('glassbox_gpu_memory_bandwidth_bytes_per_second')} "
+        "Present only when the exporter is given --gpu or --gpu-memory-bandwidth.",
+        [
+            Q(q.WEIGHT_READ_BANDWIDTH, ENGINE_LEGEND),
+            Q(q.PEAK_BANDWIDTH, "peak ({{instance}})"),
+        ],
+        BYTES_PER_SECOND,
+    )
+
+
+def bandwidth_utilization() -> Panel:
+    return timeseries(
+        "Memory bandwidth utilization",
+        per_engine("glassbox_memory_bandwidth_utilization_ratio")
+        + " Present only when the peak bandwidth is known.",
+        [Q(q.BANDWIDTH_UTILIZATION, ENGINE_LEGEND)],
+        RATIO,
+    )
+
+
+def weights_bytes() -> Panel:
+    return stat(
+        "Model weights",
+        help_of("glassbox_model_weights_bytes"),
+        [Q(q.WEIGHTS_BYTES, "{{instance}}")],
+        BYTES,
+    )
+
+
+def weights_source() -> Panel:
+    return stat(
+        "Weights known from",
+        help_of("glassbox_model_weights_info"),
+        [Q(q.WEIGHTS_SOURCE, "{{source}}")],
+        NUMBER,
+        text_mode="name",
+    )
+
+
+def peak_bandwidth() -> Panel:
+    return stat(
+        "Peak memory bandwidth",
+        help_of("glassbox_gpu_memory_bandwidth_bytes_per_second"),
+        [Q(q.PEAK_BANDWIDTH, "{{instance}}")],
+        BYTES_PER_SECOND,
+    )
+
+
+def decode_floor() -> Panel:
+    return stat(
+        "Decode floor",
+        help_of("glassbox_decode_floor_seconds"),
+        [Q(q.DECODE_FLOOR, "{{instance}}")],
+        SECONDS,
+    )
+
+
+# --- KV cache and scheduling --------------------------------------------------------------
+
+
+def kv_tokens() -> Panel:
+    return timeseries(
+        "KV pool: capacity, used and free tokens",
+        f"Capacity: {help_of('glassbox_kv_cache_capacity_tokens')} "
+        f"Used: {help_of('glassbox_kv_cache_used_tokens')} Free: capacity − used.",
+        [
+            Q(q.KV_CAPACITY_TOKENS, "capacity " + ENGINE_LEGEND),
+            Q(q.KV_USED_TOKENS, "used " + ENGINE_LEGEND),
+            Q(q.KV_FREE_TOKENS, "free " + ENGINE_LEGEND),
+        ],
+        TOKENS,
+    )
+
+
+def kv_tokens_fleet() -> Panel:
+    return timeseries(
+        "KV pool of the fleet: used and capacity tokens",
+        "Recording rules job_model_name:glassbox_kv_cache_used_tokens:sum and "
+        "job_model_name:glassbox_kv_cache_capacity_tokens:sum: the exporter's per-engine "
+        "tokens summed over the engines of a job and model.",
+        [
+            Q(q.KV_CAPACITY_TOKENS_FLEET, "capacity {{model_name}} ({{job}})"),
+            Q(q.KV_USED_TOKENS_FLEET, "used {{model_name}} ({{job}})"),
+        ],
+        TOKENS,
+    )
+
+
+def kv_usage() -> Panel:
+    return timeseries(
+        "KV cache usage",
+        "vllm:kv_cache_usage_perc, the share of KV blocks held by requests (a fraction, "
+        "evictable prefix-cache blocks count as free); per engine, and the fleet's maximum "
+        "(recording rule job_model_name:vllm_kv_cache_usage:max). Paging is invisible "
+        f"until the pool is full: the line marks {KV_NEARLY_FULL:.0%}.",
+        [Q(q.KV_USAGE, ENGINE_LEGEND), Q(q.KV_USAGE_FLEET, "max " + FLEET_LEGEND)],
+        RATIO,
+        thresholds=_KV_THRESHOLDS,
+    )
+
+
+def kv_capacity_stat() -> Panel:
+    return stat(
+        "KV capacity",
+        help_of("glassbox_kv_cache_capacity_tokens"),
+        [Q(q.KV_CAPACITY_TOKENS, ENGINE_LEGEND)],
+        TOKENS,
+    )
+
+
+def kv_blocks_stat() -> Panel:
+    return stat(
+        "KV blocks",
+        help_of("glassbox_kv_cache_blocks"),
+        [Q(q.KV_BLOCKS, ENGINE_LEGEND)],
+        NUMBER,
+    )
+
+
+def kv_block_size_stat() -> Panel:
+    return stat(
+        "KV block size",
+        help_of("glassbox_kv_cache_block_size_tokens"),
+        [Q(q.KV_BLOCK_SIZE, ENGINE_LEGEND)],
+        TOKENS,
+    )
+
+
+def kv_usage_stat() -> Panel:
+    return stat(
+        "KV usage, fleet max",
+        "Recording rule job_model_name:vllm_kv_cache_usage:max: the fullest engine's "
+        "vllm:kv_cache_usage_perc.",
+        [Q(q.KV_USAGE_FLEET, "{{model_name}}")],
+        RATIO,
+        thresholds=_KV_THRESHOLDS,
+    )
+
+
+def cache_config() -> Panel:
+    return table(
+        "vLLM cache configuration",
+        "Labels of vllm:cache_config_info per engine. num_gpu_blocks is summed over "
+        "data-parallel engines by vLLM; glassbox_kv_cache_blocks divides it back.",
+        [Q(q.CACHE_CONFIG)],
+        [
+            "instance",
+            "engine",
+            "block_size",
+            "num_gpu_blocks",
+            "cache_dtype",
+            "gpu_memory_utilization",
+            "enable_prefix_caching",
+        ],
+    )
+
+
+def running_waiting() -> Panel:
+    return timeseries(
+        "Requests running and waiting",
+        "vllm:num_requests_running and vllm:num_requests_waiting per engine, and the "
+        "fleet sums (recording rules job_model_name:vllm_num_requests_{running,waiting}:sum). "
+        "From vLLM v0.20 vllm:num_requests_waiting_by_reason says why they wait "
+        "(capacity: no KV room; deferred: LoRA budget, KV transfer).",
+        [
+            Q(q.RUNNING, "running " + ENGINE_LEGEND),
+            Q(q.WAITING, "waiting " + ENGINE_LEGEND),
+            Q(q.RUNNING_FLEET, "running " + FLEET_LEGEND),
+            Q(q.WAITING_FLEET, "waiting " + FLEET_LEGEND),
+            Q(q.WAITING_BY_REASON, "waiting for {{reason}} {{model_name}}"),
+        ],
+        NUMBER,
+    )
+
+
+def preemptions() -> Panel:
+    return timeseries(
+        "Preemptions per second",
+        "A preempted request loses its KV blocks and is prefilled again later. "
+        "A single one is not a storm; a run of them while requests wait is.\n\n"
+        + _pair("glassbox_preemptions_per_second", "job_model_name:vllm_num_preemptions:rate5m"),
+        [Q(q.PREEMPTIONS, ENGINE_LEGEND), Q(q.PREEMPTIONS_FLEET, FLEET_LEGEND)],
+        PER_SECOND,
+    )
+
+
+def preemption_storm() -> Panel:
+    return timeseries(
+        "VLLMPreemptionStorm alert",
+        "State of the alert from Prometheus' ALERTS series (0 inactive, 1 pending, "
+        "2 firing; the worst instance). It fires when preemptions keep happening while the "
+        "pool is nearly full and requests wait. See alerts/runbook.md.",
+        [Q(q.PREEMPTION_STORM, "VLLMPreemptionStorm")],
+        NUMBER,
+        mappings=STATE_MAPPINGS,
+        band=True,
+    )
+
+
+def preemption_storm_stat() -> Panel:
+    return stat(
+        "Preemption storm",
+        "VLLMPreemptionStorm from Prometheus' ALERTS series: inactive, pending or firing.",
+        [Q(q.PREEMPTION_STORM, "VLLMPreemptionStorm")],
+        NUMBER,
+        mappings=STATE_MAPPINGS,
+        thresholds=[("green", None), ("orange", 1), ("red", 2)],
+    )
+
+
+def preemptions_stat() -> Panel:
+    return stat(
+        "Preemptions / s",
+        "Recording rule job_model_name:vllm_num_preemptions:rate5m: "
+        "rate of vllm:num_preemptions_total over 5 minutes, summed over engines.",
+        [Q(q.PREEMPTIONS_FLEET, "{{model_name}}")],
+        PER_SECOND,
+        thresholds=_ANY_PREEMPTION,
+    )
+
+
+def waiting_stat() -> Panel:
+    return stat(
+        "Waiting requests",
+        "Recording rule job_model_name:vllm_num_requests_waiting:sum.",
+        [Q(q.WAITING_FLEET, "{{model_name}}")],
+        NUMBER,
+    )
+
+
+# --- speculative decoding -----------------------------------------------------------------
+
+
+def acceptance() -> Panel:
+    return timeseries(
+        "Draft acceptance ratio",
+        _pair(
+            "glassbox_spec_decode_acceptance_ratio",
+            "job_model_name:vllm_spec_decode_acceptance_ratio:rate5m",
+        ),
+        [Q(q.ACCEPTANCE, ENGINE_LEGEND), Q(q.ACCEPTANCE_FLEET, FLEET_LEGEND)],
+        RATIO,
+    )
+
+
+def acceptance_length() -> Panel:
+    return timeseries(
+        "Mean acceptance length",
+        "Upper bound: num_speculative_tokens + 1.\n\n"
+        + _pair(
+            "glassbox_spec_decode_mean_acceptance_length",
+            "job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m",
+        ),
+        [Q(q.ACCEPTANCE_LENGTH, ENGINE_LEGEND), Q(q.ACCEPTANCE_LENGTH_FLEET, FLEET_LEGEND)],
+        TOKENS,
+    )
+
+
+def acceptance_by_position() -> Panel:
+    return timeseries(
+        "Acceptance by draft position",
+        "Position k is accepted only when positions 0..k-1 were: the curve falls with k.\n\n"
+        + _pair(
+            "glassbox_spec_decode_position_acceptance_ratio",
+            "job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m",
+        ),
+        [
+            Q(q.ACCEPTANCE_BY_POSITION, "position {{position}} " + ENGINE_LEGEND),
+            Q(q.ACCEPTANCE_BY_POSITION_FLEET, "position {{position}} " + FLEET_LEGEND),
+        ],
+        RATIO,
+    )
+
+
+def draft_coverage() -> Panel:
+    return timeseries(
+        "Draft coverage",
+        "Near 0 while decoding means speculation is configured but bypassed, e.g. vLLM "
+        "v0.11 skips it for requests with non-default penalties, min_p or logprobs.\n\n"
+        + _pair(
+            "glassbox_spec_decode_draft_coverage_ratio",
+            "job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m",
+        ),
+        [Q(q.DRAFT_COVERAGE, ENGINE_LEGEND), Q(q.DRAFT_COVERAGE_FLEET, FLEET_LEGEND)],
+        RATIO,
+    )
+
+
+def drafts_rate() -> Panel:
+    return timeseries(
+        "Drafts, draft tokens and accepted tokens per second",
+        "Rates of vLLM's spec-decode counters, summed over engines: "
+        "vllm:spec_decode_num_drafts_total (one per request per step that drafted), "
+        "vllm:spec_decode_num_draft_tokens_total and "
+        "vllm:spec_decode_num_accepted_tokens_total.",
+        [
+            Q(q.DRAFTS_RATE, "drafts {{model_name}}"),
+            Q(q.DRAFT_TOKENS_RATE, "draft tokens {{model_name}}"),
+            Q(q.ACCEPTED_TOKENS_RATE, "accepted tokens {{model_name}}"),
+        ],
+        PER_SECOND,
+    )
+
+
+def acceptance_stat() -> Panel:
+    return stat(
+        "Draft acceptance",
+        fleet("job_model_name:vllm_spec_decode_acceptance_ratio:rate5m"),
+        [Q(q.ACCEPTANCE_FLEET, "{{model_name}}")],
+        RATIO,
+    )
+
+
+def acceptance_length_stat() -> Panel:
+    return stat(
+        "Mean acceptance length",
+        fleet("job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m"),
+        [Q(q.ACCEPTANCE_LENGTH_FLEET, "{{model_name}}")],
+        TOKENS,
+    )
+
+
+def draft_coverage_stat() -> Panel:
+    return stat(
+        "Draft coverage",
+        fleet("job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m"),
+        [Q(q.DRAFT_COVERAGE_FLEET, "{{model_name}}")],
+        RATIO,
+    )
+
+
+# --- at a glance --------------------------------------------------------------------------
+
+
+def tpot_stat() -> Panel:
+    return stat(
+        "TPOT",
+        fleet("job_model_name:vllm_time_per_output_token_seconds:rate5m"),
+        [Q(q.TPOT_FLEET, "{{model_name}}")],
+        SECONDS,
+    )
+
+
+def tokens_per_forward_pass_stat() -> Panel:
+    return stat(
+        "Tokens per forward pass",
+        fleet("job_model_name:vllm_tokens_per_forward_pass:rate5m"),
+        [Q(q.TOKENS_PER_FORWARD_PASS_FLEET, "{{model_name}}")],
+        NUMBER,
+    )
+
+
+def generation_stat() -> Panel:
+    return stat(
+        "Output tokens / s",
+        "Recording rule job_model_name:vllm_generation_tokens:rate5m.",
+        [Q(q.GENERATION_TOKENS_FLEET, "{{model_name}}")],
+        TOKENS_PER_SECOND,
+    )
+
+
+def target_up_stat() -> Panel:
+    return stat(
+        "Exporter sees vLLM",
+        help_of("glassbox_target_up"),
+        [Q(q.TARGET_UP, "{{instance}}")],
+        NUMBER,
+        mappings=UP_MAPPINGS,
+        thresholds=[("red", None), ("green", 1)],
+    )
+
+
+def restarts_stat() -> Panel:
+    return stat(
+        "vLLM restarts in range",
+        help_of("glassbox_target_restarts_total") + " Increase over the dashboard's range.",
+        [Q(q.RESTARTS_IN_RANGE, "restarts")],
+        NUMBER,
+        thresholds=[("green", None), ("orange", 1)],
+    )
+
+
+# --- raw context (vLLM's own series) ------------------------------------------------------
+
+
+def raw_running_waiting() -> Panel:
+    return timeseries(
+        "Running and waiting requests",
+        "vllm:num_requests_running and vllm:num_requests_waiting, per engine.",
+        [Q(q.RUNNING, "running " + ENGINE_LEGEND), Q(q.WAITING, "waiting " + ENGINE_LEGEND)],
+        NUMBER,
+    )
+
+
+def raw_kv_usage() -> Panel:
+    return timeseries(
+        "KV cache usage",
+        "vllm:kv_cache_usage_perc per engine: the share of KV blocks held by requests.",
+        [Q(q.KV_USAGE, ENGINE_LEGEND)],
+        RATIO,
+        thresholds=_KV_THRESHOLDS,
+    )
+
+
+def raw_preemptions() -> Panel:
+    return timeseries(
+        "Preemptions per second",
+        "rate(vllm:num_preemptions_total), summed over engines.",
+        [Q(q.RAW_PREEMPTIONS, "{{model_name}}")],
+        PER_SECOND,
+    )
+
+
+def raw_throughput() -> Panel:
+    return timeseries(
+        "Token throughput",
+        "rate(vllm:prompt_tokens_total) (prompt tokens, counted once a request's prefill "
+        "completes) and rate(vllm:generation_tokens_total), summed over engines.",
+        [
+            Q(q.PROMPT_TOKENS_RATE, "prompt {{model_name}}"),
+            Q(q.GENERATION_TOKENS_RATE, "generated {{model_name}}"),
+        ],
+        TOKENS_PER_SECOND,
+    )
+
+
+def raw_requests() -> Panel:
+    return timeseries(
+        "Finished requests per second",
+        "rate(vllm:request_success_total), all finish reasons, summed over engines.",
+        [Q(q.REQUESTS_RATE, "{{model_name}}")],
+        PER_SECOND,
+    )
+
+
+def raw_ttft() -> Panel:
+    return timeseries(
+        "Time to first token",
+        "p50 and p95 from the buckets of vllm:time_to_first_token_seconds, and the mean "
+        "(rate of _sum / rate of _count); for a short prompt it is mostly fixed overhead.",
+        [
+            Q(q.TTFT_P50, "p50 {{model_name}}"),
+            Q(q.TTFT_P95, "p95 {{model_name}}"),
+            Q(q.TTFT_RAW_MEAN, "mean {{model_name}}"),
+        ],
+        SECONDS,
+    )
+
+
+# --- the exporter itself ------------------------------------------------------------------
+
+
+def exporter_poll_duration() -> Panel:
+    return timeseries(
+        "Exporter: poll duration",
+        help_of("glassbox_scrape_duration_seconds"),
+        [Q(q.SCRAPE_DURATION, "{{instance}}")],
+        SECONDS,
+    )
+
+
+def exporter_errors() -> Panel:
+    return timeseries(
+        "Exporter: failed polls per second",
+        help_of("glassbox_scrape_errors_total") + " Rate, by reason.",
+        [Q(q.SCRAPE_ERRORS, "{{reason}}")],
+        PER_SECOND,
+    )

@@ -1,0 +1,147 @@
+"""Every PromQL expression of the dashboards, in one place.
+
+Three sources, each with its own scope (selectors in `common`):
+
+- the exporter's `glassbox_*` series, per engine: already ratios of counter increases over
+  the exporter's window, absent when their denominator did not grow;
+- the fleet recording rules of `alerts/glassbox-rules.yaml`, `by (job, model_name)` over
+  5 m: rate first, then sum, then divide;
+- vLLM's own series for the raw context: counters only ever inside `rate()`, and every
+  division guarded with `(... > 0)` so an idle denominator gives no value rather than NaN.
+"""
+
+from __future__ import annotations
+
+from .common import ENGINE, LAB_PHASES, RULE, TARGET
+
+RATE = "[$__rate_interval]"
+
+
+def exporter(name: str) -> str:
+    """A per-engine series of the exporter."""
+    return f"{name}{{{ENGINE}}}"
+
+
+def fact(name: str) -> str:
+    """A series of the exporter about the model or the hardware (no model/engine labels)."""
+    return f"{name}{{{TARGET}}}"
+
+
+def rule(record: str) -> str:
+    """A fleet recording rule (labels: job, model_name)."""
+    return f"{record}{{{RULE}}}"
+
+
+def rate(counter: str, by: str = "model_name", selector: str = ENGINE) -> str:
+    return f"sum by ({by}) (rate({counter}{{{selector}}}{RATE}))"
+
+
+def mean_of_histogram(histogram: str, by: str = "model_name") -> str:
+    """Mean observation over the rate interval: rate(sum) / rate(count), guarded."""
+    return f"{rate(histogram + '_sum', by)} / ({rate(histogram + '_count', by)} > 0)"
+
+
+def quantile(q: float, histogram: str, by: str = "model_name") -> str:
+    return (
+        f"histogram_quantile({q}, sum by (le, {by}) (rate({histogram}_bucket{{{ENGINE}}}{RATE})))"
+    )
+
+
+PER_ENGINE = "model_name, instance, engine"
+
+# --- lab ----------------------------------------------------------------------------------
+
+LAB_PHASE = LAB_PHASES
+
+# --- decode -------------------------------------------------------------------------------
+
+TPOT = exporter("glassbox_time_per_output_token_seconds")
+TPOT_FLEET = rule("job_model_name:vllm_time_per_output_token_seconds:rate5m")
+ITL = exporter("glassbox_inter_token_latency_seconds")
+ITL_FLEET = rule("job_model_name:vllm_inter_token_latency_seconds:rate5m")
+DECODE_FLOOR = fact("glassbox_decode_floor_seconds")
+TOKENS_PER_FORWARD_PASS = exporter("glassbox_tokens_per_forward_pass")
+TOKENS_PER_FORWARD_PASS_FLEET = rule("job_model_name:vllm_tokens_per_forward_pass:rate5m")
+TOKENS_PER_ENGINE_STEP = exporter("glassbox_tokens_per_engine_step")
+TOKENS_PER_ENGINE_STEP_FLEET = rule("job_model_name:vllm_tokens_per_engine_step:rate5m")
+ENGINE_STEPS = exporter("glassbox_engine_steps_per_second")
+ENGINE_STEPS_FLEET = rule("job_model_name:vllm_engine_steps:rate5m")
+GENERATION_TOKENS_FLEET = rule("job_model_name:vllm_generation_tokens:rate5m")
+TTFT_MEAN = exporter("glassbox_time_to_first_token_seconds")
+
+# --- weights and bandwidth ----------------------------------------------------------------
+
+WEIGHTS_BYTES = fact("glassbox_model_weights_bytes")
+WEIGHTS_SOURCE = fact("glassbox_model_weights_info")
+WEIGHT_BYTES_PER_TOKEN = exporter("glassbox_weight_bytes_per_output_token")
+WEIGHT_READ_BANDWIDTH = exporter("glassbox_weight_read_bandwidth_bytes_per_second")
+PEAK_BANDWIDTH = fact("glassbox_gpu_memory_bandwidth_bytes_per_second")
+BANDWIDTH_UTILIZATION = exporter("glassbox_memory_bandwidth_utilization_ratio")
+
+# --- KV cache and scheduling --------------------------------------------------------------
+
+KV_CAPACITY_TOKENS = exporter("glassbox_kv_cache_capacity_tokens")
+KV_USED_TOKENS = exporter("glassbox_kv_cache_used_tokens")
+KV_FREE_TOKENS = f"{KV_CAPACITY_TOKENS} - {KV_USED_TOKENS}"
+KV_CAPACITY_TOKENS_FLEET = rule("job_model_name:glassbox_kv_cache_capacity_tokens:sum")
+KV_USED_TOKENS_FLEET = rule("job_model_name:glassbox_kv_cache_used_tokens:sum")
+KV_BLOCKS = exporter("glassbox_kv_cache_blocks")
+KV_BLOCK_SIZE = exporter("glassbox_kv_cache_block_size_tokens")
+KV_USAGE = f"max by ({PER_ENGINE}) (vllm:kv_cache_usage_perc{{{ENGINE}}})"
+KV_USAGE_FLEET = rule("job_model_name:vllm_kv_cache_usage:max")
+CACHE_CONFIG = f'vllm:cache_config_info{{{TARGET}, engine=~"$engine"}}'
+
+RUNNING = f"sum by ({PER_ENGINE}) (vllm:num_requests_running{{{ENGINE}}})"
+WAITING = f"sum by ({PER_ENGINE}) (vllm:num_requests_waiting{{{ENGINE}}})"
+RUNNING_FLEET = rule("job_model_name:vllm_num_requests_running:sum")
+WAITING_FLEET = rule("job_model_name:vllm_num_requests_waiting:sum")
+# vLLM v0.20+ only: why requests wait (capacity, deferred).
+WAITING_BY_REASON = f"sum by (model_name, reason) (vllm:num_requests_waiting_by_reason{{{ENGINE}}})"
+PREEMPTIONS = exporter("glassbox_preemptions_per_second")
+PREEMPTIONS_FLEET = rule("job_model_name:vllm_num_preemptions:rate5m")
+
+
+def alert_state(alertname: str) -> str:
+    """0 inactive, 1 pending, 2 firing (the worst instance), from Prometheus' ALERTS."""
+    alerts = f'ALERTS{{alertname="{alertname}", {RULE}'
+    return (
+        f'max(2 * {alerts}, alertstate="firing"}}) '
+        f'or max({alerts}, alertstate="pending"}}) or vector(0)'
+    )
+
+
+PREEMPTION_STORM = alert_state("VLLMPreemptionStorm")
+
+# --- speculative decoding -----------------------------------------------------------------
+
+ACCEPTANCE = exporter("glassbox_spec_decode_acceptance_ratio")
+ACCEPTANCE_FLEET = rule("job_model_name:vllm_spec_decode_acceptance_ratio:rate5m")
+ACCEPTANCE_LENGTH = exporter("glassbox_spec_decode_mean_acceptance_length")
+ACCEPTANCE_LENGTH_FLEET = rule("job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m")
+ACCEPTANCE_BY_POSITION = exporter("glassbox_spec_decode_position_acceptance_ratio")
+ACCEPTANCE_BY_POSITION_FLEET = rule(
+    "job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m"
+)
+DRAFT_COVERAGE = exporter("glassbox_spec_decode_draft_coverage_ratio")
+DRAFT_COVERAGE_FLEET = rule("job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m")
+DRAFTS_RATE = rate("vllm:spec_decode_num_drafts_total")
+DRAFT_TOKENS_RATE = rate("vllm:spec_decode_num_draft_tokens_total")
+ACCEPTED_TOKENS_RATE = rate("vllm:spec_decode_num_accepted_tokens_total")
+
+# --- raw context (vLLM's own series) ------------------------------------------------------
+
+RAW_PREEMPTIONS = rate("vllm:num_preemptions_total")
+PROMPT_TOKENS_RATE = rate("vllm:prompt_tokens_total")
+GENERATION_TOKENS_RATE = rate("vllm:generation_tokens_total")
+REQUESTS_RATE = rate("vllm:request_success_total")
+TTFT_P50 = quantile(0.5, "vllm:time_to_first_token_seconds")
+TTFT_P95 = quantile(0.95, "vllm:time_to_first_token_seconds")
+TTFT_RAW_MEAN = mean_of_histogram("vllm:time_to_first_token_seconds")
+
+# --- the exporter itself ------------------------------------------------------------------
+
+TARGET_UP = f"min by (job, instance) (glassbox_target_up{{{TARGET}}})"
+SCRAPE_DURATION = fact("glassbox_scrape_duration_seconds")
+SCRAPE_ERRORS = f"sum by (reason) (rate(glassbox_scrape_errors_total{{{TARGET}}}{RATE}))"
+RESTARTS_IN_RANGE = f"sum(increase(glassbox_target_restarts_total{{{TARGET}}}[$__range]))"
+VLLM_VERSION = fact("glassbox_vllm_info")
