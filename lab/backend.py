@@ -35,6 +35,8 @@ class Deployed:
     url: str  # base URL of vLLM's OpenAI server, as reachable from the lab
     startup_log: str  # the log of this server's startup (for weights, KV memory, KV tokens)
     served_model_name: str  # what to put in requests' "model"
+    log_path: str | None = None  # where the backend keeps this server's whole log
+    model_dir: str | None = None  # the checkpoint, when the lab can read it (for weights)
 
 
 class Backend(Protocol):

@@ -1,0 +1,198 @@
+"""`glassbox lab`: run a plan against a real vLLM and write the report.
+
+    glassbox lab run PLAN.yaml [--backend kubernetes|local] [--out DIR]
+                               [--server-command CMD] [--metrics-listen HOST:PORT]
+    glassbox lab check PLAN.yaml
+
+PLAN may also name a plan shipped with glassbox (`cpu-demo`, `seed-l40s`).
+Exit status: 0 every phase ran, 1 a phase failed, 2 the plan or flags are invalid,
+130 interrupted (the server was still stopped / the Deployment still restored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .backend import Backend
+from .plan import Plan, PlanError, load_plan, packaged_plan
+from .progress import Progress
+from .report import write_outputs
+from .results import LabResults
+from .runner import Interrupted, Lab, run_lab
+from .server_process import DEFAULT_COMMAND
+from .telemetry import GrafanaAnnotations, Observer, PhaseInfo
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run the lab's experiments.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help="run a plan and write report.md, results.json, plots")
+    run.add_argument("plan", metavar="PLAN.yaml", help="plan file, or a shipped plan's name")
+    run.add_argument(
+        "--backend",
+        choices=["kubernetes", "local"],
+        help="where vLLM runs (default: the plan's only target)",
+    )
+    run.add_argument(
+        "--out", default="lab-out", metavar="DIR", help="output directory (default %(default)s)"
+    )
+    run.add_argument(
+        "--server-command",
+        metavar="CMD",
+        help="local backend: the program taking vLLM's flags "
+        "(default: python -m vllm.entrypoints.openai.api_server)",
+    )
+    run.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve glassbox_lab_phase_info on HOST:PORT/metrics while running",
+    )
+    run.add_argument(
+        "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
+    )
+    check = sub.add_parser("check", help="validate a plan and print what it would run")
+    check.add_argument("plan", metavar="PLAN.yaml")
+    return p
+
+
+def resolve_plan(name: str) -> Plan:
+    path = Path(name)
+    if not path.exists():
+        shipped = packaged_plan(name)
+        if shipped is not None:
+            path = shipped
+    return load_plan(path)
+
+
+def choose_backend(plan: Plan, asked: str | None) -> str:
+    if asked is not None:
+        if asked not in plan.backends:
+            raise PlanError([f"target.{asked}: required for --backend {asked}"], plan.name)
+        return asked
+    if len(plan.backends) != 1:
+        raise PlanError(
+            [f"target: has {' and '.join(plan.backends)}; choose one with --backend"], plan.name
+        )
+    return plan.backends[0]
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--metrics-listen: {text!r} is not HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def make_backend(
+    plan: Plan, kind: str, out: Path, server_command: str | None, log: Callable[[str], None]
+) -> Backend:
+    if kind == "local":
+        from .local import LocalBackend
+
+        assert plan.local is not None
+        return LocalBackend(plan.local, out / "logs", server_command or DEFAULT_COMMAND)
+    # Imported only here: a local run never loads the Kubernetes client.
+    from .kubernetes import KubernetesBackend, Timeouts
+
+    target = plan.kubernetes
+    assert target is not None
+    return KubernetesBackend.from_environment(
+        deployment=target.deployment,
+        service_url=target.url,
+        namespace=target.namespace,
+        container=target.container,
+        timeouts=Timeouts(rollout_seconds=target.rollout_timeout_seconds),
+        log=log,
+    )
+
+
+def grafana_from(plan: Plan) -> GrafanaAnnotations | None:
+    """Grafana from the environment (GLASSBOX_GRAFANA_URL/_TOKEN), else the plan."""
+    url = os.environ.get("GLASSBOX_GRAFANA_URL") or (plan.grafana.url if plan.grafana else None)
+    token_env = plan.grafana.token_env if plan.grafana else "GLASSBOX_GRAFANA_TOKEN"
+    token = os.environ.get(token_env) or os.environ.get("GLASSBOX_GRAFANA_TOKEN")
+    if not url or not token:
+        return None
+    return GrafanaAnnotations(url, token)
+
+
+def exit_code(results: LabResults) -> int:
+    return EXIT_OK if results.status == "ok" else EXIT_FAILED
+
+
+def run(args: argparse.Namespace, prog: str) -> int:
+    try:
+        plan = resolve_plan(args.plan)
+        kind = choose_backend(plan, args.backend)
+        listen = parse_listen(args.metrics_listen) if args.metrics_listen else None
+    except (PlanError, ValueError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.server_command and kind != "local":
+        print(f"{prog}: --server-command is for the local backend", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    observers: list[Observer] = []
+    phase_info = PhaseInfo()
+    observers.append(phase_info)
+    server = None
+    if listen is not None:
+        try:
+            server = phase_info.serve(*listen)
+        except OSError as e:
+            print(f"{prog}: cannot listen on {args.metrics_listen}: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    grafana = grafana_from(plan)
+    if grafana is not None:
+        observers.append(grafana)
+    try:
+        with Progress() as progress:
+            try:
+                backend = make_backend(plan, kind, out, args.server_command, progress.note)
+            except Exception as e:  # no kube-config, an unreachable cluster…
+                print(f"{prog}: cannot set up the {kind} backend: {e}", file=sys.stderr)
+                return EXIT_USAGE
+            lab = Lab(backend, progress, observers, publish=lambda r: write_outputs(r, out))
+            results = run_lab(plan, lab)
+    except (KeyboardInterrupt, Interrupted):
+        restored = "the server was stopped" if kind == "local" else "the args were restored"
+        print(
+            f"\n{prog}: interrupted; {restored}. Partial report: {out / 'report.md'}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+    print(f"report: {out / 'report.md'}  results: {out / 'results.json'}")
+    return exit_code(results)
+
+
+def check(args: argparse.Namespace, prog: str) -> int:
+    try:
+        plan = resolve_plan(args.plan)
+    except PlanError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{plan.name}: valid; targets: {', '.join(plan.backends)}")
+    for phase in plan.phases:
+        print(f"  {phase.name} ({phase.kind})")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str], prog: str = "glassbox lab") -> int:
+    args = build_parser(prog).parse_args(argv)
+    logging.basicConfig(
+        level=getattr(args, "log_level", "warning").upper(),
+        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
+    )
+    return run(args, prog) if args.command == "run" else check(args, prog)

@@ -1,0 +1,263 @@
+"""`glassbox demo`: the whole story on this machine, with no GPU and no cluster.
+
+The shipped CPU plan (`lab/plans/cpu-demo.yaml`) on the local backend: the real vLLM CPU
+build serving tiny generated models, restarted per phase on one fixed port; the exporter
+beside each server (`exporter/service.py`, started when the server is ready, stopped
+with it); when Debian's Prometheus is installed, one on loopback scraping vLLM, the
+exporter and the lab's phase series, whose data the dashboards are drawn from at the end.
+Then report.md, results.json and the plots, and a short summary on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import httpx
+import yaml
+from vllm_glassbox.exporter.service import ExporterConfig, serve
+from vllm_glassbox.exporter.textformat import PageError, parse_samples
+
+from .backend import Deployed
+from .local import LocalBackend
+from .plan import PlanError, load_plan, packaged_plan
+from .progress import Progress
+from .report import EXPORTER_COLUMNS, summary_lines, write_outputs
+from .results import ExporterSeries, LabResults
+from .runner import Interrupted, Lab, run_lab
+from .server_process import DEFAULT_COMMAND, free_port
+from .telemetry import Observer, PhaseInfo, Segment
+
+LOOPBACK = "127.0.0.1"
+SCRAPE_INTERVAL = "2s"
+
+
+class ExporterBeside(Observer):
+    """`glassbox exporter` next to each server, on one fixed port across restarts.
+
+    At the end of each segment its derived series (as of its last poll) are kept for the
+    report: the sidecar's live view of the same workload the lab measured.
+    """
+
+    def __init__(
+        self, port: int, keep: Callable[[ExporterSeries], None], window_seconds: float = 60.0
+    ) -> None:
+        self.port = port
+        self.keep = keep
+        self.window_seconds = window_seconds
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def server_ready(self, segment: Segment, deployed: Deployed) -> None:
+        self.close()
+        config = ExporterConfig(
+            target=deployed.url,
+            listen_host=LOOPBACK,
+            listen_port=self.port,
+            interval_seconds=1.0,
+            window_seconds=self.window_seconds,
+            timeout_seconds=0.9,
+            model_dir=deployed.model_dir,
+            vllm_log=deployed.log_path,
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=serve, args=(config, self._stop), name="exporter", daemon=True
+        )
+        self._thread.start()
+
+    def segment_ended(self, segment: Segment, ended_at: float, error: str | None) -> None:
+        if self._thread is not None and error is None:
+            values = self.read()
+            if values:
+                self.keep(ExporterSeries(segment.title, values))
+        self.close()
+
+    def read(self) -> dict[str, float]:
+        """The exporter's derived series now, summed over engines (one engine here)."""
+        try:
+            text = httpx.get(self.url + "/metrics", timeout=5).text
+            samples = parse_samples(text, [name for name, _, _ in EXPORTER_COLUMNS])
+        except (httpx.HTTPError, PageError):
+            return {}
+        return {name: sum(series.values()) for name, series in samples.items() if series}
+
+    def close(self) -> None:
+        if self._stop is not None and self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=10)
+        self._stop = self._thread = None
+
+
+def prometheus_config(targets: dict[str, int]) -> dict[str, object]:
+    return {
+        "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": "1500ms"},
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [f"{LOOPBACK}:{port}"]}]}
+            for job, port in targets.items()
+        ],
+    }
+
+
+@contextlib.contextmanager
+def prometheus(workdir: Path, targets: dict[str, int]) -> Iterator[str | None]:
+    """Debian's Prometheus on loopback scraping `targets`; None when it is not installed."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        yield None
+        return
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "prometheus.yml"
+    config.write_text(yaml.safe_dump(prometheus_config(targets)))
+    port = free_port()
+    url = f"http://{LOOPBACK}:{port}"
+    with open(workdir / "prometheus.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address={LOOPBACK}:{port}",
+                "--storage.tsdb.retention.time=1d",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        ready = False
+        while time.monotonic() < deadline and proc.poll() is None and not ready:
+            with contextlib.suppress(httpx.HTTPError):
+                ready = httpx.get(url + "/-/ready", timeout=2).status_code == 200
+            if not ready:
+                time.sleep(0.3)
+        yield url if ready else None
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def dashboard_images(
+    prometheus_url: str, out: Path, start: float, end: float
+) -> tuple[dict[str, str], str | None]:
+    """Dashboard PNGs drawn from Prometheus' data, when the dashboards package can."""
+    try:
+        snapshot = importlib.import_module("vllm_glassbox.dashboards.snapshot")
+        files: list[Path] = snapshot.render_snapshots(
+            prometheus_url, out / "dashboards", start, end
+        )
+    except Exception as e:  # pictures are a bonus: the report stands without them
+        return {}, f"dashboard snapshots not drawn: {type(e).__name__}: {e}"
+    return {f"dashboard {p.stem}": str(p.relative_to(out)) for p in sorted(files)}, None
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run the lab's three experiments on this machine with the vLLM CPU "
+        "build and tiny generated models, the exporter beside vLLM, and write the report.",
+    )
+    p.add_argument(
+        "--out", default="demo-out", metavar="DIR", help="output directory (default %(default)s)"
+    )
+    p.add_argument(
+        "--plan",
+        default="cpu-demo",
+        metavar="PLAN.yaml",
+        help="the plan (default: the shipped cpu-demo)",
+    )
+    p.add_argument(
+        "--server-command",
+        default=DEFAULT_COMMAND,
+        metavar="CMD",
+        help="the program taking vLLM's flags (default: vLLM's OpenAI server)",
+    )
+    p.add_argument(
+        "--no-prometheus",
+        action="store_true",
+        help="do not start a Prometheus (no dashboard pictures)",
+    )
+    return p
+
+
+def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
+    args = build_parser(prog).parse_args(argv)
+    try:
+        path = Path(args.plan) if Path(args.plan).exists() else packaged_plan(args.plan)
+        if path is None:
+            raise PlanError([f"no such file or shipped plan: {args.plan}"], args.plan)
+        plan = load_plan(path)
+        if plan.local is None:
+            raise PlanError(["target.local: required by the demo"], plan.name)
+    except PlanError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    ports = {"vllm": free_port(), "glassbox": free_port(), "glassbox-lab": free_port()}
+    backend = LocalBackend(plan.local, out / "logs", args.server_command, port=ports["vllm"])
+    phase_info = PhaseInfo()
+    metrics_server = phase_info.serve(LOOPBACK, ports["glassbox-lab"])
+    results: LabResults | None = None
+    try:
+        prom_ctx = (
+            contextlib.nullcontext(None)
+            if args.no_prometheus
+            else prometheus(out / "prometheus", ports)
+        )
+        with prom_ctx as prom_url, Progress() as progress:
+            kept: list[ExporterSeries] = []
+            exporter = ExporterBeside(ports["glassbox"], kept.append)
+            lab = Lab(
+                backend, progress, [phase_info, exporter], publish=lambda r: write_outputs(r, out)
+            )
+            progress.note(
+                f"glassbox demo: {plan.name}, {len(plan.phases)} phases; vLLM CPU on port "
+                f"{ports['vllm']}, exporter on {ports['glassbox']}"
+                + (f", Prometheus at {prom_url}" if prom_url else ", no Prometheus")
+            )
+            try:
+                results = run_lab(plan, lab)
+            finally:
+                exporter.close()
+                results = lab.results if hasattr(lab, "results") else results
+                if results is not None:
+                    results.exporter[:] = kept
+                    if prom_url:
+                        progress.status("drawing the dashboards")
+                        images, problem = dashboard_images(prom_url, out, started, time.time())
+                        results.images.update(images)
+                        if problem:
+                            results.notes.append(problem)
+                    write_outputs(results, out)
+    except (KeyboardInterrupt, Interrupted):
+        print(f"\n{prog}: interrupted; partial report in {out / 'report.md'}", file=sys.stderr)
+        return 130
+    finally:
+        metrics_server.shutdown()
+        metrics_server.server_close()
+    assert results is not None
+    minutes = (time.time() - started) / 60
+    print(f"\nglassbox demo finished in {minutes:.1f} min: {out / 'report.md'}")
+    for line in summary_lines(results):
+        print("  - " + line.replace("**", ""))
+    return 0 if results.status == "ok" else 1

@@ -1,0 +1,85 @@
+"""The local backend: vLLM (or anything taking vLLM's flags) as a child process.
+
+Each `deploy` stops the previous server and starts a new one from the plan's base args
+with the phase's flags set by name (`lab/args.py`), its whole log captured to its own
+file. A value `tiny:NAME` anywhere in the args names a tiny model of the plan
+(`target.local.tiny_models`), generated on first use (`lab/tinymodel.py`). `restore()`
+stops the server; `ServerProcess` kills its whole process group, so no worker survives.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from .args import apply_overrides, flag_value
+from .backend import Deployed, FlagOverrides
+from .plan import TINY_PREFIX, LocalTarget
+from .server_process import DEFAULT_COMMAND, ServerProcess
+from .tinymodel import generate
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(
+        self,
+        target: LocalTarget,
+        log_dir: Path,
+        server_command: str = DEFAULT_COMMAND,
+        port: int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.target = target
+        self.log_dir = log_dir
+        self.server_command = server_command
+        self.port = port  # fixed, so a Prometheus can follow the restarts; else a free one
+        self.env = env
+        self.started = 0
+        self._server: ServerProcess | None = None
+
+    @property
+    def server(self) -> ServerProcess | None:
+        return self._server
+
+    def resolve(self, args: list[str]) -> list[str]:
+        """`tiny:NAME` values -> generated model directories."""
+
+        def one(arg: str) -> str:
+            head, eq, value = arg.rpartition("=") if "=" in arg else ("", "", arg)
+            if not value.startswith(TINY_PREFIX):
+                return arg
+            name = value[len(TINY_PREFIX) :]
+            spec = self.target.tiny_models.get(name)
+            if spec is None:
+                known = ", ".join(sorted(self.target.tiny_models)) or "none"
+                raise ValueError(f"{value!r} is not a tiny model of the plan (known: {known})")
+            return head + eq + str(generate(spec, self.target.model_cache))
+
+        return [one(a) for a in args]
+
+    def deploy(self, overrides: FlagOverrides) -> Deployed:
+        self.restore()
+        args = self.resolve(apply_overrides(self.target.args, overrides))
+        model = flag_value(args, "--model")
+        served = flag_value(args, "--served-model-name") or model or ""
+        self.started += 1
+        label = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model or "server").name)
+        log_path = self.log_dir / f"{self.started:02d}-{label}.log"
+        self._server = ServerProcess(
+            args, log_path, command=self.server_command, port=self.port, env=self.env
+        ).start()
+        self._server.wait_ready(self.target.startup_timeout_seconds)
+        return Deployed(
+            url=self._server.url,
+            startup_log=self._server.log_text(),
+            served_model_name=served.split()[0] if served else "",
+            log_path=str(log_path),
+            model_dir=model if model and Path(model).is_dir() else None,
+        )
+
+    def restore(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
