@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 import pytest
-
 from vllm_glassbox.lab.args import REMOVE, SHORT_ALIASES, apply_overrides, flag_value
 from vllm_glassbox.lab.backend import FlagOverrides
 
