@@ -90,6 +90,10 @@ def engine_steps_per_second(d: Increase) -> float | None:
     return ratio(d[s.ENGINE_STEPS], d.seconds)
 
 
+def generation_tokens_per_second(d: Increase) -> float | None:
+    return ratio(d[s.GENERATION_TOKENS], d.seconds)
+
+
 def tokens_per_engine_step(d: Increase) -> float | None:
     return ratio(d[s.GENERATION_TOKENS], d[s.ENGINE_STEPS])
 

@@ -1,0 +1,629 @@
+"""The rule files in alerts/: promtool's lint and unit tests, the recording rules against
+the derivation core, every series they name against vLLM's inventory and the exporter's
+output, and every runbook link against the runbook.
+
+promtool is Debian's 2.42 (scripts/setup.sh installs it): the unit-test files stay
+strictly 2.42-shaped, and every test group sets `interval` (without it 2.42 loads
+nothing and "no alert" expectations pass vacuously).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import itertools
+import operator
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import promql_parser
+import pytest
+import yaml
+from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter.derive import Increase, increase_between
+from vllm_glassbox.exporter.service import ExporterConfig, Poller
+from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
+
+from tests.vllm_metric_names import IN_EVERY_SUPPORTED_VERSION
+
+pytestmark = pytest.mark.prometheus
+
+REPO = Path(__file__).resolve().parent.parent
+ALERTS_DIR = REPO / "alerts"
+RULES_FILE = ALERTS_DIR / "glassbox-rules.yaml"
+ALERTS_FILE = ALERTS_DIR / "glassbox-alerts.yaml"
+RULE_FILES = (RULES_FILE, ALERTS_FILE)
+UNIT_TEST_FILES = sorted((ALERTS_DIR / "tests").glob("*.yaml"))
+RUNBOOK = ALERTS_DIR / "runbook.md"
+RUNBOOK_BASE = "https://github.com/vllm-glassbox/vllm-glassbox/blob/main/alerts/runbook.md"
+SEVERITIES = {"critical", "warning", "info"}
+EVALUATION_INTERVAL_SECONDS = 60.0  # of every file under alerts/tests
+# Series that are neither vLLM's nor the exporter's: Prometheus' scrape health, and the
+# start time every Python server (vLLM included) exposes.
+OTHER_SERIES = {"up", "process_start_time_seconds"}
+
+
+# --- reading the rule files ---------------------------------------------------------------
+
+
+def _rules(path: Path) -> list[dict[str, Any]]:
+    return [rule for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
+
+
+ALERT_RULES = {rule["alert"]: rule for rule in _rules(ALERTS_FILE)}
+RECORD_RULES = {rule["record"]: rule for rule in _rules(RULES_FILE)}
+
+
+def seconds(duration: str) -> float:
+    return float(promql_parser.parse_duration(duration).total_seconds())
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("promtool")
+    if exe is None:
+        pytest.fail("promtool is missing: scripts/setup.sh installs Debian's prometheus package")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+def test_alerts_folder_holds_exactly_the_rule_files_prometheus_loads() -> None:
+    # The test stack and the chart load every alerts/*.yaml as a rule file.
+    assert sorted(ALERTS_DIR.glob("*.yaml")) == sorted(RULE_FILES)
+
+
+def test_promtool_check_rules_finds_every_rule_and_no_lint() -> None:
+    result = promtool("check", "rules", "--lint=all", "--lint-fatal", *map(str, RULE_FILES))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    found = [int(n) for n in re.findall(r"SUCCESS: (\d+) rules found", output)]
+    assert found == [len(RECORD_RULES), len(ALERT_RULES)], output
+
+
+@pytest.mark.parametrize("path", UNIT_TEST_FILES, ids=lambda p: p.name)
+def test_promtool_unit_tests_pass(path: Path) -> None:
+    result = promtool("test", "rules", str(path))
+    assert result.returncode == 0, (
+        f"promtool test rules {path.name}:\n{result.stdout}{result.stderr}"
+    )
+
+
+# --- what the promtool tests cover ------------------------------------------------------
+
+
+def unit_test_groups() -> Iterator[tuple[Path, dict[str, Any]]]:
+    for path in UNIT_TEST_FILES:
+        for group in yaml.safe_load(path.read_text())["tests"]:
+            yield path, group
+
+
+def test_every_promtool_test_group_is_named_and_sets_its_interval() -> None:
+    for path, group in unit_test_groups():
+        where = f"{path.name}: {group.get('name', '(unnamed group)')}"
+        assert group.get("name"), f"{where}: give the group a name that states the behaviour"
+        assert group.get("interval") == "1m", f"{where}: promtool 2.42 needs `interval: 1m`"
+    for path in UNIT_TEST_FILES:
+        assert yaml.safe_load(path.read_text()).get("evaluation_interval") == "1m", path.name
+
+
+@dataclass(frozen=True)
+class Check:
+    group: str
+    at: float  # seconds
+    fires: bool
+
+
+def alert_checks() -> dict[str, list[Check]]:
+    checks: dict[str, list[Check]] = {}
+    for path, group in unit_test_groups():
+        for case in group.get("alert_rule_test", []):
+            checks.setdefault(case["alertname"], []).append(
+                Check(
+                    f"{path.name}: {group['name']}",
+                    seconds(case["eval_time"]),
+                    bool(case.get("exp_alerts")),
+                )
+            )
+    return checks
+
+
+def test_promtool_tests_only_name_alerts_that_exist() -> None:
+    assert set(alert_checks()) <= set(ALERT_RULES)
+
+
+@pytest.mark.parametrize("alert", sorted(ALERT_RULES))
+def test_alert_is_tested_firing_one_evaluation_after_a_silent_check_and_on_a_near_miss(
+    alert: str,
+) -> None:
+    checks = alert_checks().get(alert, [])
+    firing_groups = {c.group for c in checks if c.fires}
+    assert firing_groups, f"{alert}: no promtool test where it fires"
+    near_misses = {c.group for c in checks} - firing_groups
+    assert near_misses, f"{alert}: no near-miss test (a group where it never fires)"
+    # The `for:` boundary: silent at one evaluation, firing at the next, in the same group.
+    boundaries = [
+        group
+        for group in firing_groups
+        for first in [min(c.at for c in checks if c.group == group and c.fires)]
+        if Check(group, first - EVALUATION_INTERVAL_SECONDS, False) in checks
+    ]
+    assert boundaries, f"{alert}: no test checks it silent one evaluation before it fires"
+
+
+def test_every_recording_rule_is_checked_by_promtool() -> None:
+    checked = set(RATIO_RULES) | {POSITION_RULE}
+    for _, group in unit_test_groups():
+        for case in group.get("promql_expr_test", []):
+            checked |= selector_names(case["expr"])
+    assert set(RECORD_RULES) <= checked, sorted(set(RECORD_RULES) - checked)
+
+
+# --- annotations and the runbook --------------------------------------------------------
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def runbook_sections() -> dict[str, str]:
+    """Anchor -> text of the section, for every heading of the runbook."""
+    sections: dict[str, str] = {}
+    anchor = ""
+    in_code = False
+    for line in RUNBOOK.read_text().splitlines():
+        in_code ^= line.startswith("```")
+        m = None if in_code else re.match(r"#{1,6}\s+(.*)", line)
+        if m:
+            anchor = github_anchor(m.group(1))
+            assert anchor not in sections, f"runbook.md: heading {m.group(1)!r} appears twice"
+            sections[anchor] = ""
+        elif anchor:
+            sections[anchor] += line + "\n"
+    return sections
+
+
+@pytest.mark.parametrize("alert", sorted(ALERT_RULES))
+def test_alert_has_severity_static_summary_templated_description_and_runbook_url(
+    alert: str,
+) -> None:
+    rule = ALERT_RULES[alert]
+    assert rule["labels"]["severity"] in SEVERITIES
+    annotations = rule["annotations"]
+    assert set(annotations) == {"summary", "description", "runbook_url"}
+    assert "{{" not in annotations["summary"], "the summary stays static (it groups alerts)"
+    assert re.search(r"\{\{.*\$(value|labels)", annotations["description"]), (
+        "the description says which instance and how much"
+    )
+    assert annotations["runbook_url"] == f"{RUNBOOK_BASE}#{github_anchor(alert)}"
+
+
+@pytest.mark.parametrize("alert", sorted(ALERT_RULES))
+def test_runbook_url_points_to_a_section_that_explains_threshold_and_duration(
+    alert: str,
+) -> None:
+    anchor = ALERT_RULES[alert]["annotations"]["runbook_url"].partition("#")[2]
+    sections = runbook_sections()
+    assert anchor in sections, f"runbook.md has no heading whose anchor is #{anchor}"
+    section = sections[anchor]
+    duration = ALERT_RULES[alert].get("for")
+    assert f"`for: {duration}`" in section if duration else "at once" in section, (
+        f"runbook.md#{anchor} must state how long the condition has to hold"
+    )
+    for part in ("Meaning", "Confirm", "Change", "Escalate"):
+        assert f"**{part}" in section, f"runbook.md#{anchor} lacks its **{part}** part"
+    assert "```promql" in section, f"runbook.md#{anchor} gives no PromQL to confirm it"
+
+
+# --- every series named exists ----------------------------------------------------------
+
+
+def selector_names(expr: str) -> set[str]:
+    """Metric names of every selector in a PromQL expression (a real parser, not a regex)."""
+    names: set[str] = set()
+
+    def visit(node: object) -> bool:
+        if isinstance(node, promql_parser.VectorSelector):
+            if node.name:
+                names.add(node.name)
+            for m in node.matchers.matchers:
+                if m.name == "__name__":
+                    assert m.op == promql_parser.MatchOp.Equal, f"{expr}: name by regex"
+                    names.add(m.value)
+        return True
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return names
+
+
+_TEMPLATE_QUERY = re.compile(r'printf\s+"((?:[^"\\]|\\.)*)"[^}]*\|\s*query')
+
+
+def rule_expressions() -> Iterator[tuple[str, str]]:
+    """(rule name, PromQL) for every expr, and every query an annotation template runs."""
+    for name, rule in [*RECORD_RULES.items(), *ALERT_RULES.items()]:
+        yield name, rule["expr"]
+        for text in rule.get("annotations", {}).values():
+            for query in _TEMPLATE_QUERY.findall(text):
+                # The template fills %q with quoted label values.
+                yield name, query.replace('\\"', '"').replace("%q", '"x"')
+
+
+def test_template_queries_are_found_and_parse() -> None:
+    queries = [q for name, q in rule_expressions() if q != _expr_of(name)]
+    assert queries, "GlassboxTargetDown's description runs a query; the extraction found none"
+    for query in queries:
+        promql_parser.parse(query)
+
+
+def _expr_of(name: str) -> str:
+    rule = RECORD_RULES.get(name) or ALERT_RULES[name]
+    return str(rule["expr"])
+
+
+def test_vllm_series_named_by_the_rules_are_shown_by_every_supported_vllm() -> None:
+    named = {n for _, expr in rule_expressions() for n in selector_names(expr)}
+    vllm = {n for n in named if n.startswith("vllm:")}
+    assert vllm, "the rules name no vLLM series?"
+    assert vllm <= IN_EVERY_SUPPORTED_VERSION, sorted(vllm - IN_EVERY_SUPPORTED_VERSION)
+
+
+def test_glassbox_series_named_by_the_rules_are_emitted_by_the_exporter(
+    exporter_series_names: frozenset[str],
+) -> None:
+    named = {n for _, expr in rule_expressions() for n in selector_names(expr)}
+    glassbox = {n for n in named if n.startswith("glassbox_")}
+    assert glassbox
+    assert glassbox <= exporter_series_names, sorted(glassbox - exporter_series_names)
+
+
+def test_rules_name_no_other_series() -> None:
+    for name, expr in rule_expressions():
+        for series in selector_names(expr):
+            known = (
+                series.startswith(("vllm:", "glassbox_"))
+                or series in RECORD_RULES
+                or series in OTHER_SERIES
+            )
+            assert known, f"{name} names {series}, which nothing here produces"
+
+
+# --- the recording rules agree with the derivation core ---------------------------------
+
+RATIO_RULES: dict[str, Callable[[Increase], float | None]] = {
+    "job_model_name:vllm_time_per_output_token_seconds:rate5m": derive.time_per_output_token,
+    "job_model_name:vllm_inter_token_latency_seconds:rate5m": derive.inter_token_latency,
+    "job_model_name:vllm_tokens_per_forward_pass:rate5m": derive.tokens_per_forward_pass,
+    "job_model_name:vllm_tokens_per_engine_step:rate5m": derive.tokens_per_engine_step,
+    "job_model_name:vllm_engine_steps:rate5m": derive.engine_steps_per_second,
+    "job_model_name:vllm_generation_tokens:rate5m": derive.generation_tokens_per_second,
+    "job_model_name:vllm_num_preemptions:rate5m": derive.preemptions_per_second,
+    "job_model_name:vllm_spec_decode_acceptance_ratio:rate5m": derive.spec_acceptance_ratio,
+    "job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m": (
+        derive.spec_mean_acceptance_length
+    ),
+    "job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m": derive.spec_draft_coverage,
+}
+POSITION_RULE = "job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m"
+RATE_WINDOW_SECONDS = 300.0  # the rules' [5m]
+
+_SPEC = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# How much each series vLLM shows grew over 5 minutes, per (job, model_name, engine). The
+# two engines of qwen on vllm-a differ on purpose (pooled ≠ averaged ratios); llama runs
+# without speculation (no spec series at all); idle decoded nothing in the window.
+FLEET: dict[tuple[str, str, str], dict[str, float]] = {
+    ("vllm-a", "qwen", "0"): {
+        "vllm:generation_tokens_total": 2560,
+        "vllm:time_to_first_token_seconds_count": 10,
+        "vllm:inter_token_latency_seconds_sum": 12.75,
+        "vllm:inter_token_latency_seconds_count": 600,
+        "vllm:iteration_tokens_total_count": 420,
+        "vllm:num_preemptions_total": 7,
+        "vllm:spec_decode_num_drafts_total": 500,
+        "vllm:spec_decode_num_draft_tokens_total": 2500,
+        "vllm:spec_decode_num_accepted_tokens_total": 1950,
+        f'{_SPEC}{{position="0"}}': 480,
+        f'{_SPEC}{{position="1"}}': 440,
+        f'{_SPEC}{{position="2"}}': 400,
+        f'{_SPEC}{{position="3"}}': 340,
+        f'{_SPEC}{{position="4"}}': 290,
+    },
+    ("vllm-a", "qwen", "1"): {
+        "vllm:generation_tokens_total": 1200,
+        "vllm:time_to_first_token_seconds_count": 8,
+        "vllm:inter_token_latency_seconds_sum": 9.5,
+        "vllm:inter_token_latency_seconds_count": 1100,
+        "vllm:iteration_tokens_total_count": 500,
+        "vllm:num_preemptions_total": 0,
+        "vllm:spec_decode_num_drafts_total": 30,
+        "vllm:spec_decode_num_draft_tokens_total": 150,
+        "vllm:spec_decode_num_accepted_tokens_total": 20,
+        f'{_SPEC}{{position="0"}}': 12,
+        f'{_SPEC}{{position="1"}}': 5,
+        f'{_SPEC}{{position="2"}}': 2,
+        f'{_SPEC}{{position="3"}}': 1,
+        f'{_SPEC}{{position="4"}}': 0,
+    },
+    ("vllm-a", "llama", "0"): {
+        "vllm:generation_tokens_total": 900,
+        "vllm:time_to_first_token_seconds_count": 3,
+        "vllm:inter_token_latency_seconds_sum": 4.2,
+        "vllm:inter_token_latency_seconds_count": 897,
+        "vllm:iteration_tokens_total_count": 897,
+        "vllm:num_preemptions_total": 2,
+    },
+    ("vllm-b", "qwen", "0"): {
+        "vllm:generation_tokens_total": 640,
+        "vllm:time_to_first_token_seconds_count": 2,
+        "vllm:inter_token_latency_seconds_sum": 3.1,
+        "vllm:inter_token_latency_seconds_count": 200,
+        "vllm:iteration_tokens_total_count": 190,
+        "vllm:num_preemptions_total": 0,
+        "vllm:spec_decode_num_drafts_total": 150,
+        "vllm:spec_decode_num_draft_tokens_total": 750,
+        "vllm:spec_decode_num_accepted_tokens_total": 438,
+        f'{_SPEC}{{position="0"}}': 140,
+        f'{_SPEC}{{position="1"}}': 110,
+        f'{_SPEC}{{position="2"}}': 90,
+        f'{_SPEC}{{position="3"}}': 60,
+        f'{_SPEC}{{position="4"}}': 38,
+    },
+    ("vllm-b", "idle", "0"): {
+        "vllm:generation_tokens_total": 0,
+        "vllm:time_to_first_token_seconds_count": 0,
+        "vllm:inter_token_latency_seconds_sum": 0,
+        "vllm:inter_token_latency_seconds_count": 0,
+        "vllm:iteration_tokens_total_count": 0,
+        "vllm:num_preemptions_total": 0,
+        "vllm:spec_decode_num_drafts_total": 0,
+        "vllm:spec_decode_num_draft_tokens_total": 0,
+        "vllm:spec_decode_num_accepted_tokens_total": 0,
+    },
+}
+
+
+def _before(increase: float) -> float:
+    """A counter that has been running for a while before the window starts."""
+    return 1000.0 + 7 * increase
+
+
+def _split(series: str) -> tuple[str, str]:
+    """'name{a="b"}' -> ('name', 'a="b"'); 'name' -> ('name', '')."""
+    name, _, rest = series.partition("{")
+    return name, rest.rstrip("}")
+
+
+def vllm_page(job: str, at_end: bool, extra: str = "") -> str:
+    """The /metrics page the vLLM of `job` shows at the window's start or end."""
+    lines = []
+    for (page_job, model, engine), increases in FLEET.items():
+        if page_job != job:
+            continue
+        for series, increase in increases.items():
+            name, labels = _split(series)
+            value = _before(increase) + (increase if at_end else 0.0)
+            all_labels = ",".join(
+                filter(None, [f'engine="{engine}"', f'model_name="{model}"', labels])
+            )
+            lines.append(f"{name}{{{all_labels}}} {value!r}")
+    return "\n".join(lines) + "\n" + extra
+
+
+def core_engine_increases() -> dict[tuple[str, EngineKey], Increase]:
+    """What the derivation core makes of the pages: increases per job and engine."""
+    out: dict[tuple[str, EngineKey], Increase] = {}
+    for job in sorted({job for job, _, _ in FLEET}):
+        before = read_snapshot(vllm_page(job, at_end=False))
+        after = read_snapshot(vllm_page(job, at_end=True))
+        for key, sample in after.engines.items():
+            out[(job, key)] = increase_between(
+                before.engines[key].counters, sample.counters, RATE_WINDOW_SECONDS
+            )
+    return out
+
+
+def core_increases() -> dict[tuple[str, str], Increase]:
+    """Per (job, model_name): the engines' increases summed, as the core aggregates."""
+    by_model: dict[tuple[str, str], list[Increase]] = {}
+    for (job, key), increase in core_engine_increases().items():
+        by_model.setdefault((job, key.model_name), []).append(increase)
+    return {k: functools.reduce(operator.add, v) for k, v in by_model.items()}
+
+
+def promtool_series() -> list[dict[str, str]]:
+    """The same counters as promtool input: one sample a minute, growing evenly over 5m."""
+    steps = int(RATE_WINDOW_SECONDS // 60)
+    out = []
+    for (job, model, engine), increases in FLEET.items():
+        for series, increase in increases.items():
+            name, labels = _split(series)
+            all_labels = ",".join(
+                filter(
+                    None,
+                    [
+                        f'job="{job}"',
+                        'instance="pod:8000"',
+                        f'model_name="{model}"',
+                        f'engine="{engine}"',
+                        labels,
+                    ],
+                )
+            )
+            values = " ".join(
+                repr(_before(increase) + increase * i / steps) for i in range(steps + 1)
+            )
+            out.append({"series": f"{name}{{{all_labels}}}", "values": values})
+    return out
+
+
+def _close_to(selector: str, labels: str, expected: float) -> dict[str, Any]:
+    tolerance = 1e-9 * max(abs(expected), 1.0)
+    return {
+        "expr": f"abs({selector} - ({expected!r})) <= bool {tolerance!r}",
+        "eval_time": "5m",
+        "exp_samples": [{"labels": labels, "value": 1}],
+    }
+
+
+def comparison_cases(
+    increases: Mapping[tuple[str, str], Increase], diagnose: bool = False
+) -> list[dict[str, Any]]:
+    """promql_expr_test cases: each recording rule equals its derive.py function.
+
+    With `diagnose`, each case asks for the exact expected value instead, so promtool's
+    failure output shows the value the rule did compute.
+    """
+    cases: list[dict[str, Any]] = []
+    for (job, model), increase in sorted(increases.items()):
+        where = f'job="{job}",model_name="{model}"'
+        expected_by_selector: dict[tuple[str, str], float | None] = {
+            (f"{record}{{{where}}}", f"{{{where}}}"): compute(increase)
+            for record, compute in RATIO_RULES.items()
+        }
+        positions = derive.spec_position_acceptance(increase)
+        for position, value in positions.items():
+            labels = f'{where},position="{position}"'
+            expected_by_selector[(f"{POSITION_RULE}{{{labels}}}", f"{{{labels}}}")] = value
+        if not positions:
+            expected_by_selector[(f"{POSITION_RULE}{{{where}}}", "")] = None
+        for (selector, labels), expected in expected_by_selector.items():
+            if expected is None:  # the core says absent: the rule must have no sample
+                cases.append({"expr": selector, "eval_time": "5m", "exp_samples": []})
+            elif diagnose:
+                sample = {"labels": selector.split("{", 1)[0] + labels, "value": expected}
+                cases.append({"expr": selector, "eval_time": "5m", "exp_samples": [sample]})
+            else:
+                cases.append(_close_to(selector, labels, expected))
+    return cases
+
+
+def test_the_comparison_covers_present_absent_pooled_and_positional_values() -> None:
+    increases = core_increases()
+    assert set(increases) == {(j, m) for j, m, _ in FLEET}
+    values = [compute(d) for d in increases.values() for compute in RATIO_RULES.values()]
+    assert any(v is None for v in values) and any(v not in (None, 0.0) for v in values)
+    # Pooling the two qwen engines of vllm-a differs from averaging their ratios, so a rule
+    # that averaged would fail the comparison.
+    engines = core_engine_increases()
+    per_engine = [
+        derive.tokens_per_forward_pass(engines[("vllm-a", EngineKey("qwen", e))]) or 0.0
+        for e in ("0", "1")
+    ]
+    pooled = increases[("vllm-a", "qwen")]
+    assert derive.tokens_per_forward_pass(pooled) != pytest.approx(sum(per_engine) / 2, rel=0.01)
+    assert derive.spec_position_acceptance(pooled)
+
+
+def test_recording_rules_equal_the_derivation_core_on_the_same_counter_increases(
+    tmp_path: Path,
+) -> None:
+    increases = core_increases()
+
+    def run(diagnose: bool) -> subprocess.CompletedProcess[str]:
+        test_file = tmp_path / ("diagnose.yaml" if diagnose else "compare.yaml")
+        test_file.write_text(
+            yaml.safe_dump(
+                {
+                    "rule_files": [str(RULES_FILE)],
+                    "evaluation_interval": "1m",
+                    "tests": [
+                        {
+                            "name": "recording rules equal derive.py on the same increases",
+                            "interval": "1m",
+                            "input_series": promtool_series(),
+                            "promql_expr_test": comparison_cases(increases, diagnose),
+                        }
+                    ],
+                },
+                sort_keys=False,
+            )
+        )
+        return promtool("test", "rules", str(test_file))
+
+    result = run(diagnose=False)
+    if result.returncode != 0:
+        shown = run(diagnose=True)
+        pytest.fail(
+            "recording rules disagree with exporter/derive.py:\n"
+            + result.stdout
+            + result.stderr
+            + "\nvalues the rules computed (got) against derive.py (exp):\n"
+            + shown.stdout
+            + shown.stderr
+        )
+
+
+# --- the exporter's output over a served page -------------------------------------------
+
+_CACHE_AND_GAUGES = "".join(
+    f'vllm:cache_config_info{{block_size="16",engine="{e}",num_gpu_blocks="4096"}} 1.0\n'
+    f'vllm:kv_cache_usage_perc{{engine="{e}",model_name="qwen"}} 0.5\n'
+    f'vllm:num_requests_waiting{{engine="{e}",model_name="qwen"}} 2.0\n'
+    f'vllm:num_requests_running{{engine="{e}",model_name="qwen"}} 4.0\n'
+    for e in ("0", "1")
+)
+
+
+@contextmanager
+def serve_pages(pages: list[str]) -> Iterator[str]:
+    """A loopback HTTP server whose /metrics gives the next page on each request."""
+    queue = iter(pages)
+    current = [""]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/metrics":
+                self.send_error(404)
+                return
+            current[0] = next(queue, current[0])
+            body = current[0].encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def exporter_series_names() -> frozenset[str]:
+    """Every sample name the exporter publishes after two polls of a speculating,
+    preempting two-engine vLLM, with weights and peak bandwidth known."""
+    pages = [vllm_page("vllm-a", at_end, _CACHE_AND_GAUGES) for at_end in (False, True)]
+    with serve_pages(pages) as url:
+        clock = functools.partial(next, itertools.count(0.0, 15.0))  # polls 30 s apart
+        poller = Poller(
+            ExporterConfig(
+                target=url,
+                interval_seconds=30.0,
+                window_seconds=60.0,
+                timeout_seconds=5.0,
+                weights_bytes=2e9,
+                peak_bandwidth=1e12,
+            ),
+            clock=clock,
+        )
+        try:
+            assert poller.poll_once() and poller.poll_once()
+        finally:
+            poller.fetcher.close()
+    increases = poller.history.increases()
+    assert increases[EngineKey("qwen", "0")].seconds == 30.0
+    return frozenset(s.name for family in poller.published for s in family.samples)
