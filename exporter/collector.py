@@ -54,6 +54,7 @@ class PollState:
     kv_cache_memory_bytes: float | None
     vllm_version: str | None
     build_version: str
+    kv_cache_logged_tokens: int | None = None  # "KV cache size: N tokens" in vLLM's log
 
 
 def _engine_labels(key: EngineKey) -> list[str]:
@@ -77,6 +78,16 @@ def derived_families(state: PollState) -> list[Metric]:
             if value is not None:
                 family.add_metric(_engine_labels(key), value)
         families.append(family)
+
+    covered = GaugeMetricFamily(
+        "glassbox_window_covered_seconds",
+        "Seconds of polls the windowed series of this engine span: the window, less up to "
+        "one poll interval; shorter right after the exporter or the engine started.",
+        labels=ENGINE_LABELS,
+    )
+    for key, increase in sorted(state.increases.items()):
+        covered.add_metric(_engine_labels(key), increase.seconds)
+    families.append(covered)
 
     by_position = GaugeMetricFamily(
         "glassbox_spec_decode_position_acceptance_ratio",
@@ -162,6 +173,14 @@ def static_families(state: PollState) -> list[Metric]:
                 value=floor,
             )
         )
+    if state.kv_cache_logged_tokens is not None:
+        families.append(
+            GaugeMetricFamily(
+                "glassbox_kv_cache_logged_capacity_tokens",
+                "KV pool in tokens as vLLM's startup log states it (KV cache size: N tokens).",
+                value=state.kv_cache_logged_tokens,
+            )
+        )
     if state.kv_cache_memory_bytes is not None:
         families.append(
             GaugeMetricFamily(
@@ -216,7 +235,7 @@ def self_families(state: PollState) -> list[Metric]:
     build = GaugeMetricFamily("glassbox_build_info", "The exporter's version.", labels=["version"])
     build.add_metric([state.build_version], 1)
     families.append(build)
-    if state.vllm_version is not None:
+    if state.up and state.vllm_version is not None:  # no stale facts while vLLM is down
         info = GaugeMetricFamily(
             "glassbox_vllm_info", "vLLM's version (from /version).", labels=["version"]
         )

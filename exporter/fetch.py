@@ -1,18 +1,68 @@
-"""Fetching vLLM's pages: one hard deadline per poll and a cap on decoded bytes.
+"""Fetching vLLM's pages: one hard deadline per fetch and a cap on decoded bytes.
 
-httpx's timeouts are per read, so a server dripping one byte at a time never trips them;
-we check a wall-clock deadline between chunks. Bodies are read raw and inflated here with
-a bound, so a gzip bomb costs at most the cap, whatever the server claims.
+httpx's timeouts bound each read, not the request: a server dripping one byte at a time
+(in its headers or its body) never trips them. So a watchdog shuts the socket down when
+the wall-clock deadline passes, whatever httpx is waiting for, and the body loop also
+checks the deadline between chunks. Bodies are read raw and inflated here with a bound,
+so a gzip bomb costs at most the cap, whatever the server claims.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
 import zlib
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
 
 import httpx
 
 from .textformat import PageError
+
+
+class _Watchdog:
+    """Shuts the fetch's socket down at the deadline, so no read can outlive it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """httpx's `trace` extension: learn the socket as soon as it is connected."""
+        if event == "connection.connect_tcp.complete":
+            with self._lock:
+                self._sock = info["return_value"].get_extra_info("socket")
+                if self.fired:
+                    self._shutdown()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        # shutdown(), not close(): it wakes a recv() blocked in another thread.
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._timer.cancel()
 
 
 class Fetcher:
@@ -20,31 +70,46 @@ class Fetcher:
         self.base_url = base_url.rstrip("/")
         self.timeout_seconds = timeout_seconds
         self.max_bytes = max_bytes
-        # One client: keep-alive to the sidecar's neighbour; no redirects, no env proxies.
-        self._client = httpx.Client(follow_redirects=False, trust_env=False)
+        # No redirects, no proxies from the environment. No keep-alive either: a fresh
+        # loopback connection per poll costs ~0.1 ms, and it rules out racing the
+        # server's idle timeout (uvicorn drops idle connections after 5 s, the default
+        # poll period) and lets the watchdog see every socket as it is connected.
+        self._client = httpx.Client(
+            follow_redirects=False,
+            trust_env=False,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=0),
+        )
 
     def close(self) -> None:
         self._client.close()
 
-    def get_text(self, path: str) -> str:
-        """GET base_url + path as text, or raise PageError with the reason."""
-        deadline = time.monotonic() + self.timeout_seconds
-        try:
-            return self._get(path, deadline)
-        except PageError:
-            raise
-        except httpx.TimeoutException:
-            raise PageError(
-                "timeout", f"{path}: no answer within {self.timeout_seconds:g}s"
-            ) from None
-        except httpx.HTTPError as e:
-            raise PageError("connect", f"{path}: {type(e).__name__}: {e}") from None
+    def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
+        """GET base_url + path as text within the deadline, or raise PageError."""
+        seconds = self.timeout_seconds if timeout_seconds is None else timeout_seconds
+        if seconds <= 0:
+            raise PageError("timeout", f"{path}: no time left in this poll")
+        deadline = time.monotonic() + seconds
+        with _Watchdog(seconds) as watchdog:
+            try:
+                return self._get(path, seconds, deadline, watchdog)
+            except PageError:
+                raise
+            except httpx.HTTPError as e:
+                if watchdog.fired or isinstance(e, httpx.TimeoutException):
+                    raise PageError(
+                        "timeout", f"{path}: no complete answer within {seconds:g}s"
+                    ) from None
+                # Refused, reset, or closed before the announced body was complete.
+                raise PageError("connect", f"{path}: {type(e).__name__}: {e}") from None
 
-    def _get(self, path: str, deadline: float) -> str:
-        timeout = httpx.Timeout(self.timeout_seconds)
+    def _get(self, path: str, seconds: float, deadline: float, watchdog: _Watchdog) -> str:
         headers = {"Accept-Encoding": "identity", "Accept": "text/plain"}
         with self._client.stream(
-            "GET", self.base_url + path, headers=headers, timeout=timeout
+            "GET",
+            self.base_url + path,
+            headers=headers,
+            timeout=httpx.Timeout(seconds),
+            extensions={"trace": watchdog.trace},
         ) as response:
             if response.status_code != 200:
                 raise PageError("http_status", f"{path}: HTTP {response.status_code}")
@@ -58,9 +123,7 @@ class Fetcher:
             body = bytearray()
             for chunk in response.iter_raw():
                 if time.monotonic() > deadline:
-                    raise PageError(
-                        "timeout", f"{path}: body not complete within {self.timeout_seconds:g}s"
-                    )
+                    raise PageError("timeout", f"{path}: body not complete within {seconds:g}s")
                 room = self.max_bytes + 1 - len(body)
                 if inflater is None:
                     body += chunk[:room]
@@ -72,7 +135,11 @@ class Fetcher:
                     if inflater.unconsumed_tail:
                         body += b"x"  # more was coming: over the cap
                 if len(body) > self.max_bytes:
-                    raise PageError("too_large", f"{path}: body exceeds {self.max_bytes} bytes")
+                    raise PageError(
+                        "too_large", f"{path}: body exceeds {self.max_bytes} bytes decoded"
+                    )
+            if inflater is not None and not inflater.eof:
+                raise PageError("decode", f"{path}: {encoding} body ends early")
         try:
             return body.decode("utf-8")
         except UnicodeDecodeError as e:

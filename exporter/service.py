@@ -100,6 +100,7 @@ class Poller:
 
     def poll_once(self) -> bool:
         started = self.clock()
+        deadline = time.monotonic() + self.config.timeout_seconds  # one per poll, all fetches
         snapshot: Snapshot | None = None
         try:
             snapshot = read_snapshot(self.fetcher.get_text("/metrics"), self.limits)
@@ -110,7 +111,7 @@ class Poller:
             restarted = self.history.add(snapshot, started)
             self.last_success_unix = time.time()
             if restarted or self.vllm_version is None:
-                self.vllm_version = self._fetch_version()
+                self.vllm_version = self._fetch_version(deadline - time.monotonic())
         if self.log_follower is not None:
             try:
                 self.log_follower.poll()
@@ -119,9 +120,10 @@ class Poller:
         self._publish(up=snapshot is not None, duration=self.clock() - started, snapshot=snapshot)
         return snapshot is not None
 
-    def _fetch_version(self) -> str | None:
+    def _fetch_version(self, seconds_left: float) -> str | None:
+        """vLLM's version, or None (asked again at the next poll)."""
         try:
-            version = json.loads(self.fetcher.get_text("/version")).get("version")
+            version = json.loads(self.fetcher.get_text("/version", seconds_left)).get("version")
             return str(version)[:64] if version else None
         except (PageError, ValueError, AttributeError):
             return None
@@ -140,6 +142,7 @@ class Poller:
             weights=self.weights(),
             peak_bandwidth=self.config.peak_bandwidth,
             kv_cache_memory_bytes=facts.kv_cache_memory_bytes if facts else None,
+            kv_cache_logged_tokens=facts.kv_cache_tokens if facts else None,
             vllm_version=self.vllm_version,
             build_version=__version__,
         )

@@ -1,0 +1,293 @@
+"""The exporter against a misbehaving vLLM: every failure is data, never an outage.
+
+A real exporter (make_server + Poller.run on loopback, polling every 0.2 s with a 1 s
+deadline and a 4 MiB cap) polls a real HTTP server (tests/misbehaving.py) that is
+switched from a healthy fake vLLM to one failure and back. For each failure:
+
+- the exporter's own /metrics keeps answering within 1 s while the bad poll runs;
+- `glassbox_target_up` is 0 and `glassbox_scrape_errors_total{reason}` counts it under
+  the right reason (and no other);
+- every series derived from vLLM disappears (no stale values);
+- the poll stays within its deadline and memory within a bound set by the byte cap,
+  whatever the payload (tracemalloc sees every thread of this process);
+- it recovers by itself once the server behaves again.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.exporter.derive import WINDOWED
+from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
+from vllm_glassbox.exporter.textformat import ERROR_REASONS
+
+from tests.misbehaving import (
+    Behaviour,
+    FakeVllm,
+    Misbehaving,
+    body,
+    drip,
+    drip_headers,
+    garbage,
+    gzip_bomb,
+    gzip_page,
+    healthy,
+    huge_page,
+    many_series,
+    page_with,
+    reset,
+    stall_after_headers,
+    status,
+    truncated,
+)
+
+INTERVAL = 0.2
+WINDOW = 2.0
+TIMEOUT = 1.0
+MAX_BYTES = 4 * 1024 * 1024
+# Body bytes plus their decoded text, plus slack for everything else running here.
+MEMORY_BOUND = 2 * MAX_BYTES + 2 * 1024 * 1024
+WEIGHTS = 1e9
+PEAK_BANDWIDTH = 1e12
+
+# What a healthy fake vLLM yields besides the windowed series (no speculation there).
+PER_ENGINE_DERIVED = {
+    "glassbox_window_covered_seconds",
+    "glassbox_kv_cache_blocks",
+    "glassbox_kv_cache_block_size_tokens",
+    "glassbox_kv_cache_capacity_tokens",
+    "glassbox_kv_cache_used_tokens",
+}
+SPEC_ONLY = {
+    "glassbox_spec_decode_acceptance_ratio",
+    "glassbox_spec_decode_mean_acceptance_length",
+    "glassbox_spec_decode_draft_coverage_ratio",
+}
+DERIVED = {s.name for s in WINDOWED} - SPEC_ONLY | PER_ENGINE_DERIVED | {"glassbox_vllm_info"}
+
+
+class Scrape:
+    """One scrape of the exporter's /metrics, parsed by prometheus_client."""
+
+    def __init__(self, text: str, seconds: float) -> None:
+        self.seconds = seconds
+        self.samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                self.samples.setdefault(s.name, []).append((s.labels, s.value))
+
+    def value(self, name: str, **labels: str) -> float | None:
+        for have, value in self.samples.get(name, []):
+            if all(have.get(k) == v for k, v in labels.items()):
+                return value
+        return None
+
+    def errors(self) -> dict[str, float]:
+        return {
+            r: self.value("glassbox_scrape_errors_total", reason=r) or 0.0 for r in ERROR_REASONS
+        }
+
+    def names(self) -> set[str]:
+        return set(self.samples)
+
+
+@dataclass
+class Exporter:
+    url: str
+    poller: Poller
+    client: httpx.Client  # one client: building one per scrape would dominate the latency
+
+    def scrape(self) -> Scrape:
+        started = time.monotonic()
+        r = self.client.get(self.url + "/metrics", timeout=5.0)
+        r.raise_for_status()
+        return Scrape(r.text, time.monotonic() - started)
+
+    def wait_for(
+        self, accept: Callable[[Scrape], bool], what: str, seconds: float = 10.0
+    ) -> Scrape:
+        deadline = time.monotonic() + seconds
+        while True:
+            s = self.scrape()
+            if accept(s):
+                return s
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not {what} after {seconds}s; last scrape: {s.samples}")
+            time.sleep(0.05)
+
+    def wait_healthy(self) -> Scrape:
+        return self.wait_for(
+            lambda s: s.value("glassbox_target_up") == 1.0 and s.names() >= DERIVED,
+            "healthy with every derived series",
+        )
+
+
+@pytest.fixture
+def target() -> Iterator[Misbehaving]:
+    with Misbehaving(FakeVllm()) as t:
+        yield t
+
+
+@pytest.fixture
+def exporter(target: Misbehaving) -> Iterator[Exporter]:
+    poller = Poller(
+        ExporterConfig(
+            target=target.url,
+            interval_seconds=INTERVAL,
+            window_seconds=WINDOW,
+            timeout_seconds=TIMEOUT,
+            max_bytes=MAX_BYTES,
+            weights_bytes=WEIGHTS,
+            peak_bandwidth=PEAK_BANDWIDTH,
+        )
+    )
+    server = make_server(poller, "127.0.0.1", 0)
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=poller.run, args=(stop,), daemon=True),
+        threading.Thread(target=server.serve_forever, daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    with httpx.Client() as client:
+        yield Exporter(f"http://127.0.0.1:{server.server_address[1]}", poller, client)
+    stop.set()
+    server.shutdown()
+    server.server_close()
+    threads[0].join(timeout=TIMEOUT + 1)
+    poller.fetcher.close()
+
+
+def _first_line(page: str, name: str) -> str:
+    return next(line for line in page.splitlines() if line.startswith(name + "{"))
+
+
+def _set_value(name: str, value: str) -> Callable[[str], str]:
+    """Edit a page: every sample of `name` gets `value`."""
+    pattern = re.compile(rf"^({re.escape(name)}\{{[^}}]*\}}) \S+$", re.MULTILINE)
+    return lambda page: pattern.sub(rf"\1 {value}", page)
+
+
+def _duplicate(name: str) -> Callable[[str], str]:
+    return lambda page: page + _first_line(page, name) + "\n"
+
+
+def _long_label(page: str) -> str:
+    return page + 'vllm:num_requests_running{model_name="' + "m" * 100_000 + '",engine="9"} 1\n'
+
+
+def _no_vllm(page: str) -> str:
+    return "".join(line + "\n" for line in page.splitlines() if "vllm:" not in line)
+
+
+@dataclass(frozen=True)
+class Failure:
+    name: str
+    reason: str
+    behaviour: Callable[[FakeVllm], Behaviour] | None  # None: refuse connections
+
+
+FAILURES = [
+    Failure("connection refused", "connect", None),
+    Failure("connection reset", "connect", lambda f: reset()),
+    Failure("HTTP 500", "http_status", lambda f: status(500)),
+    Failure("HTTP 404", "http_status", lambda f: status(404)),
+    Failure("garbage bytes", "decode", lambda f: garbage()),
+    Failure("HTML instead of metrics", "parse", lambda f: body("<html>busy</html>\n")),
+    Failure("truncated, honest length", "parse", lambda f: truncated(f, honest=True)),
+    Failure("truncated, dishonest length", "connect", lambda f: truncated(f, honest=False)),
+    Failure(
+        "NaN counter",
+        "invalid_value",
+        lambda f: page_with(f, _set_value("vllm:generation_tokens_total", "NaN")),
+    ),
+    Failure(
+        "+Inf histogram sum",
+        "invalid_value",
+        lambda f: page_with(f, _set_value("vllm:inter_token_latency_seconds_sum", "+Inf")),
+    ),
+    Failure(
+        "duplicate series",
+        "duplicate_series",
+        lambda f: page_with(f, _duplicate("vllm:generation_tokens_total")),
+    ),
+    Failure("slow drip, 1 byte per 0.5 s", "timeout", lambda f: drip(f, 0.5)),
+    Failure("headers then stall", "timeout", lambda f: stall_after_headers()),
+    Failure("headers dripped", "timeout", lambda f: drip_headers(0.3)),
+    Failure("20 MB page, announced", "too_large", lambda f: huge_page(20_000_000)),
+    Failure(
+        "20 MB page, not announced", "too_large", lambda f: huge_page(20_000_000, announce=False)
+    ),
+    Failure("gzip bomb", "too_large", lambda f: gzip_bomb(256 * 1024 * 1024)),
+    Failure("100k series of one family", "cardinality", lambda f: many_series(100_000)),
+    Failure("100 kB label value", "cardinality", lambda f: page_with(f, _long_label)),
+    Failure("no vLLM series", "no_vllm_metrics", lambda f: page_with(f, _no_vllm)),
+]
+
+
+@pytest.mark.parametrize("failure", FAILURES, ids=[f.name for f in FAILURES])
+def test_failure_is_counted_while_serving_and_recovers(
+    failure: Failure, target: Misbehaving, exporter: Exporter
+) -> None:
+    before = exporter.wait_healthy().errors()
+    # Payloads are built before tracing starts: what is measured is the exporter.
+    behaviour = failure.behaviour(target.fake) if failure.behaviour else None
+    tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        if behaviour is None:
+            target.refuse()
+        else:
+            target.behave(behaviour)
+        latencies: list[float] = []
+
+        def counted(s: Scrape) -> bool:
+            latencies.append(s.seconds)
+            return (
+                s.value("glassbox_target_up") == 0.0
+                and s.errors()[failure.reason] > before[failure.reason]
+            )
+
+        down = exporter.wait_for(counted, f"counted as {failure.reason}")
+        peak = tracemalloc.get_traced_memory()[1] - baseline
+    finally:
+        tracemalloc.stop()
+
+    assert max(latencies) < 1.0, f"own /metrics took {max(latencies):.2f}s during the bad poll"
+    others = {r: n for r, n in down.errors().items() if r != failure.reason and n != before[r]}
+    assert others == {}, f"counted under other reasons too: {others}"
+    assert DERIVED & down.names() == set(), "stale vLLM-derived series while down"
+    duration = down.value("glassbox_scrape_duration_seconds")
+    assert duration is not None and duration <= TIMEOUT + 0.25, f"poll took {duration}s"
+    assert peak < MEMORY_BOUND, f"peak {peak / 2**20:.1f} MiB during the bad poll"
+
+    if behaviour is None:
+        target.listen()
+    target.behave(healthy(target.fake))
+    back = exporter.wait_healthy()
+    assert back.errors()[failure.reason] >= down.errors()[failure.reason]
+
+
+def test_gzip_page_from_a_compressing_proxy_is_read(
+    target: Misbehaving, exporter: Exporter
+) -> None:
+    exporter.wait_healthy()
+    target.behave(gzip_page(target.fake))
+    before = exporter.scrape().value("glassbox_last_scrape_success_timestamp_seconds")
+    s = exporter.wait_for(
+        lambda s: (
+            (s.value("glassbox_last_scrape_success_timestamp_seconds") or 0)
+            > (before or 0) + 2 * INTERVAL
+        ),
+        "polled successfully twice more",
+    )
+    assert s.value("glassbox_target_up") == 1.0
+    assert s.names() >= DERIVED
