@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 GIB = 1024**3
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_PROCESS = re.compile(r"\((?P<proc>[A-Za-z0-9_\[\]]+) pid=(?P<pid>\d+)\)")
+_PROCESS = re.compile(r"\((?P<proc>[A-Za-z0-9_\-\[\]]+) pid=(?P<pid>\d+)\)")
 _WEIGHTS = re.compile(
     r"(?:Model loading took|Loading model weights took) (?P<gib>[0-9.]+) (?:GiB|GB)"
     r"(?: memory)?(?: and (?P<sec>[0-9.]+) seconds?)?"
@@ -36,8 +36,11 @@ _CONCURRENCY = re.compile(
     r"Maximum concurrency for (?P<len>[0-9,]+) tokens per request: (?P<x>[0-9.]+)x"
 )
 _LOAD_TIME = re.compile(r"Loading weights took (?P<sec>[0-9.]+) seconds")
-# "vLLM API server version X" (older), or the banner ending "version X" (0.30+).
-_SERVER_START = re.compile(r"(?:vLLM API server version|█\s+version) (?P<version>[0-9]\S*)")
+# "vLLM API server version X" (older); the banner's "█  version X" (0.30+), or
+# "vLLM server version X, serving model M" when the banner is off (VLLM_DISABLE_LOG_LOGO).
+_SERVER_START = re.compile(
+    r"(?:vLLM (?:API )?server version|█\s+version) (?P<version>[0-9][^\s,]*)"
+)
 
 
 @dataclass(frozen=True)

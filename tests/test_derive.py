@@ -1,0 +1,338 @@
+"""Every derived formula (SPEC §2) against hand arithmetic on before/after pages.
+
+The captured pairs come from the real vLLM CPU build with known requests between them
+(tests/fixtures/README.md); the v0.11.0 pairs are synthesized with the article's numbers.
+"""
+
+from __future__ import annotations
+
+import pytest
+from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.derive import (
+    WINDOWED,
+    Context,
+    Increase,
+    counter_increase,
+    increase_between,
+)
+from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
+from vllm_glassbox.lab.tinymodel import TinyModelSpec
+
+from tests.fixtures import page
+
+TINY = EngineKey("tiny", "0")
+AWQ = "Qwen/Qwen2.5-7B-Instruct-AWQ"
+#: Bytes of the captured model's weights (BF16), as its safetensors file holds them.
+TINY_WEIGHTS = TinyModelSpec("tiny-capture").parameter_count() * 2
+PEAK = 20e9  # an assumed peak memory bandwidth, bytes/s
+
+
+def between(before: str, after: str, seconds: float = 10.0, engine: str = "0") -> Increase:
+    """Increase of one engine's counters from one fixture page to another."""
+    a, b = read_snapshot(page(before)), read_snapshot(page(after))
+    key = next(k for k in b.engines if k.engine == engine)
+    old = a.engines[key].counters if key in a.engines else {}
+    return increase_between(old, b.engines[key].counters, seconds)
+
+
+# --- decode (captured, no speculation) ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plain() -> Increase:
+    """Three sequential requests of 64 tokens (ignore_eos) on the plain server."""
+    return between("cpu-0.32/plain-idle.txt", "cpu-0.32/plain-after-3x64.txt")
+
+
+def test_without_speculation_each_decode_step_makes_exactly_one_token(plain: Increase) -> None:
+    assert plain[s.GENERATION_TOKENS] == 3 * 64
+    assert plain[s.TTFT_COUNT] == 3
+    assert derive.decode_tokens(plain) == 3 * 63
+    assert plain[s.ITL_COUNT] == 3 * 63
+    assert derive.tokens_per_forward_pass(plain) == 1.0
+
+
+def test_without_speculation_tpot_equals_itl(plain: Increase) -> None:
+    itl_sum = plain[s.ITL_SUM]
+    assert derive.time_per_output_token(plain) == pytest.approx(itl_sum / 189)
+    assert derive.inter_token_latency(plain) == pytest.approx(itl_sum / 189)
+    assert 0 < itl_sum / 189 < 1.0  # a tiny model on CPU: milliseconds per step
+
+
+def test_one_request_at_a_time_makes_one_token_per_engine_step(plain: Increase) -> None:
+    assert plain[s.ENGINE_STEPS] == 192  # 1 prefill + 63 decode steps per request
+    assert derive.tokens_per_engine_step(plain) == 1.0
+    assert derive.engine_steps_per_second(plain) == 192 / 10.0
+
+
+def test_time_to_first_token_is_the_mean_over_requests(plain: Increase) -> None:
+    assert derive.time_to_first_token(plain) == pytest.approx(plain[s.TTFT_SUM] / 3)
+
+
+def test_without_speculation_every_spec_value_is_absent(plain: Increase) -> None:
+    assert derive.spec_acceptance_ratio(plain) is None
+    assert derive.spec_mean_acceptance_length(plain) is None
+    assert derive.spec_position_acceptance(plain) == {}
+    assert derive.spec_draft_coverage(plain) is None  # no spec counters: absent, not 0
+
+
+def test_a_window_of_two_requests(plain: Increase) -> None:
+    d = between("cpu-0.32/plain-after-1x64.txt", "cpu-0.32/plain-after-3x64.txt")
+    assert (d[s.GENERATION_TOKENS], d[s.TTFT_COUNT], d[s.ITL_COUNT]) == (128, 2, 126)
+    assert derive.tokens_per_forward_pass(d) == 1.0
+
+
+# --- speculative decoding (captured, ngram k=5) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spec() -> Increase:
+    """One 256-token request on the repetitive prompt, repetition_penalty 1.0."""
+    return between("cpu-0.32/spec-idle.txt", "cpu-0.32/spec-after-1x256.txt")
+
+
+def test_speculation_makes_more_than_one_token_per_forward_pass(spec: Increase) -> None:
+    assert derive.decode_tokens(spec) == 255
+    steps = spec[s.ITL_COUNT]
+    assert steps < 255 / 2  # most steps verified several tokens
+    assert derive.tokens_per_forward_pass(spec) == 255 / steps
+    assert 1.0 < 255 / steps <= 6.0  # at most k + 1 tokens per step
+
+
+def test_under_speculation_tpot_is_per_token_and_itl_is_per_step(spec: Increase) -> None:
+    tpot, itl = derive.time_per_output_token(spec), derive.inter_token_latency(spec)
+    assert tpot == pytest.approx(spec[s.ITL_SUM] / 255)
+    assert itl == pytest.approx(spec[s.ITL_SUM] / spec[s.ITL_COUNT])
+    assert tpot is not None and itl is not None
+    assert tpot * derive.tokens_per_forward_pass(spec) == pytest.approx(itl)  # type: ignore[operator]
+
+
+def test_decode_tokens_are_steps_plus_accepted_drafts_up_to_the_max_tokens_cut(
+    spec: Increase,
+) -> None:
+    # Each step emits accepted + 1 tokens; the last step may be cut at max_tokens (≤ k).
+    surplus = spec[s.ITL_COUNT] + spec[s.SPEC_ACCEPTED] - derive.decode_tokens(spec)
+    assert 0 <= surplus <= 5
+
+
+def test_acceptance_ratio_length_and_coverage(spec: Increase) -> None:
+    drafts, draft_tokens, accepted = (
+        spec[s.SPEC_DRAFTS],
+        spec[s.SPEC_DRAFT_TOKENS],
+        spec[s.SPEC_ACCEPTED],
+    )
+    assert 0 < accepted <= draft_tokens <= 5 * drafts
+    assert derive.spec_acceptance_ratio(spec) == accepted / draft_tokens
+    assert derive.spec_mean_acceptance_length(spec) == 1 + accepted / drafts
+    assert derive.spec_draft_coverage(spec) == drafts / spec[s.ITL_COUNT]
+
+
+def test_acceptance_by_position_falls_with_the_position(spec: Increase) -> None:
+    by_position = derive.spec_position_acceptance(spec)
+    assert list(by_position) == ["0", "1", "2", "3", "4"]
+    drafts = spec[s.SPEC_DRAFTS]
+    for position, ratio in by_position.items():
+        assert ratio == spec[s.SPEC_ACCEPTED_AT + position] / drafts
+    values = list(by_position.values())
+    assert values == sorted(values, reverse=True)
+    # A token accepted at position p was accepted at every earlier position.
+    assert sum(spec[s.SPEC_ACCEPTED_AT + p] for p in by_position) == spec[s.SPEC_ACCEPTED]
+
+
+def test_the_first_speculative_request_pays_a_one_off_prefill(spec: Increase) -> None:
+    second = between("cpu-0.32/spec-after-1x256.txt", "cpu-0.32/spec-after-2x256.txt")
+    first_ttft, second_ttft = derive.time_to_first_token(spec), derive.time_to_first_token(second)
+    assert first_ttft is not None and second_ttft is not None
+    assert first_ttft > 5 * second_ttft  # the ngram proposer compiles on first use
+
+
+# --- weights and bandwidth ----------------------------------------------------------------
+
+
+def test_weight_bytes_per_output_token_is_amortized_by_speculation(
+    plain: Increase, spec: Increase
+) -> None:
+    assert derive.weight_bytes_per_output_token(plain, TINY_WEIGHTS) == TINY_WEIGHTS
+    expected = TINY_WEIGHTS * spec[s.ENGINE_STEPS] / 256
+    assert derive.weight_bytes_per_output_token(spec, TINY_WEIGHTS) == pytest.approx(expected)
+    assert expected < TINY_WEIGHTS / 4
+
+
+def test_bandwidth_utilization_and_decode_floor(spec: Increase) -> None:
+    step = spec[s.ITL_SUM] / spec[s.ITL_COUNT]
+    achieved = derive.weight_read_bandwidth(spec, TINY_WEIGHTS)
+    assert achieved == pytest.approx(TINY_WEIGHTS / step)
+    assert derive.memory_bandwidth_utilization(spec, TINY_WEIGHTS, PEAK) == pytest.approx(
+        TINY_WEIGHTS / step / PEAK
+    )
+    assert derive.decode_floor_seconds(TINY_WEIGHTS, PEAK) == TINY_WEIGHTS / PEAK
+
+
+def test_weight_values_are_absent_without_weights_or_peak(spec: Increase) -> None:
+    assert derive.weight_bytes_per_output_token(spec, None) is None
+    assert derive.weight_read_bandwidth(spec, None) is None
+    assert derive.memory_bandwidth_utilization(spec, TINY_WEIGHTS, None) is None
+    assert derive.memory_bandwidth_utilization(spec, None, PEAK) is None
+    assert derive.decode_floor_seconds(TINY_WEIGHTS, None) is None
+    assert derive.decode_floor_seconds(None, PEAK) is None
+
+
+# --- the flood: batching, preemption, KV ---------------------------------------------------
+
+
+def test_flood_preempts_and_batches() -> None:
+    d = between("cpu-0.32/spec-after-2x256.txt", "cpu-0.32/flood-after.txt", seconds=60.0)
+    assert d[s.TTFT_COUNT] == 12  # one first token per request, preempted or not
+    assert d[s.PREEMPTIONS] > 0
+    assert derive.preemptions_per_second(d) == d[s.PREEMPTIONS] / 60.0
+    # Twelve sequences in flight: one engine step makes several tokens.
+    assert derive.tokens_per_engine_step(d) == d[s.GENERATION_TOKENS] / d[s.ENGINE_STEPS]
+    assert d[s.GENERATION_TOKENS] / d[s.ENGINE_STEPS] > 2
+    per_token = derive.weight_bytes_per_output_token(d, TINY_WEIGHTS)
+    assert per_token is not None and per_token < TINY_WEIGHTS / 2
+
+
+def test_sampled_flood_drafts_are_counted_even_when_none_is_accepted() -> None:
+    d = between("cpu-0.32/spec-after-2x256.txt", "cpu-0.32/flood-mid.txt")
+    assert d[s.SPEC_DRAFT_TOKENS] > 0
+    # The denominator grew: a ratio (possibly 0), never absent.
+    assert derive.spec_acceptance_ratio(d) == d[s.SPEC_ACCEPTED] / d[s.SPEC_DRAFT_TOKENS]
+
+
+def test_kv_used_tokens_mid_flood_is_usage_times_capacity() -> None:
+    snap = read_snapshot(page("cpu-0.32/flood-mid.txt"))
+    usage = snap.engines[TINY].gauges[s.KV_USAGE]
+    capacity = snap.cache["0"].capacity_tokens
+    assert snap.engines[TINY].gauges[s.WAITING] > 0
+    assert usage > 0.9
+    assert derive.kv_cache_used_tokens(usage, capacity) == usage * 4096
+    assert derive.kv_cache_used_tokens(None, capacity) is None
+    assert derive.kv_cache_used_tokens(usage, None) is None
+
+
+# --- v0.11.0 pages: the article's speculative run and the penalty bypass ------------------
+
+
+def test_article_speculative_run_has_5_93_tokens_per_forward_pass() -> None:
+    d = between("v0.11.0-single/idle.txt", "v0.11.0-single/after-spec.txt")
+    assert derive.tokens_per_forward_pass(d) == 255 / 43
+    assert derive.spec_acceptance_ratio(d) == 1.0
+    assert derive.spec_mean_acceptance_length(d) == 1 + 212 / 43
+    assert derive.spec_draft_coverage(d) == 1.0
+    # 40 drafts of 5 tokens and 3 of 4, all accepted: position 4 only in the 40.
+    assert derive.spec_position_acceptance(d) == {
+        "0": 1.0,
+        "1": 1.0,
+        "2": 1.0,
+        "3": 1.0,
+        "4": 40 / 43,
+    }
+    assert derive.inter_token_latency(d) == pytest.approx(0.0184)
+    assert derive.time_per_output_token(d) == pytest.approx(0.0184 * 43 / 255)
+    assert derive.tokens_per_engine_step(d) == 256 / 44  # 1 prefill + 43 decode steps
+
+
+def test_penalty_bypass_shows_as_zero_coverage_and_absent_acceptance() -> None:
+    d = between("v0.11.0-single/after-spec.txt", "v0.11.0-single/after-penalty.txt")
+    assert d[s.SPEC_DRAFTS] == 0 and d[s.ITL_COUNT] == 255
+    assert derive.spec_draft_coverage(d) == 0.0  # decode steps happened, none drafted
+    assert derive.spec_acceptance_ratio(d) is None
+    assert derive.spec_mean_acceptance_length(d) is None
+    assert derive.spec_position_acceptance(d) == {}
+    assert derive.tokens_per_forward_pass(d) == 1.0
+
+
+# --- absence -----------------------------------------------------------------------------
+
+
+def test_nothing_happened_every_ratio_is_absent_and_rates_are_zero() -> None:
+    d = between("cpu-0.32/spec-after-2x256.txt", "cpu-0.32/spec-after-2x256.txt")
+    context = Context(weights_bytes=TINY_WEIGHTS, peak_bandwidth=PEAK)
+    values = {series.name: series.compute(d, context) for series in WINDOWED}
+    rates = {"glassbox_engine_steps_per_second", "glassbox_preemptions_per_second"}
+    assert {name: v for name, v in values.items() if name in rates} == dict.fromkeys(rates, 0.0)
+    assert {name: v for name, v in values.items() if name not in rates} == dict.fromkeys(
+        set(values) - rates
+    )
+    assert derive.spec_position_acceptance(d) == {}
+
+
+def test_rates_over_no_time_are_absent() -> None:
+    d = Increase({s.ENGINE_STEPS: 5, s.PREEMPTIONS: 1}, seconds=0.0)
+    assert derive.engine_steps_per_second(d) is None
+    assert derive.preemptions_per_second(d) is None
+
+
+def test_preemption_rate_is_absent_when_vllm_has_no_such_counter() -> None:
+    assert derive.preemptions_per_second(Increase({s.GENERATION_TOKENS: 5}, 10.0)) is None
+
+
+# --- aggregation across engines ------------------------------------------------------------
+
+
+def test_engines_aggregate_by_summing_increases_not_averaging_ratios() -> None:
+    e0 = between("v0.11.0-dp2/before.txt", "v0.11.0-dp2/after.txt", engine="0")
+    e1 = between("v0.11.0-dp2/before.txt", "v0.11.0-dp2/after.txt", engine="1")
+    # Engine 0: one speculative request (255 decode tokens in 43 steps);
+    # engine 1: three requests that bypassed speculation (3 × 255 tokens, one per step).
+    assert derive.tokens_per_forward_pass(e0) == 255 / 43
+    assert derive.tokens_per_forward_pass(e1) == 1.0
+    both = e0 + e1
+    assert derive.tokens_per_forward_pass(both) == (255 + 765) / (43 + 765)
+    mean_of_ratios = (255 / 43 + 1.0) / 2
+    assert derive.tokens_per_forward_pass(both) == pytest.approx(1.2624, abs=1e-4)
+    assert mean_of_ratios == pytest.approx(3.4651, abs=1e-4)
+    assert derive.spec_draft_coverage(both) == 43 / (43 + 765)
+    assert derive.spec_acceptance_ratio(both) == 1.0
+
+
+def test_adding_increases_sums_every_counter_and_keeps_the_longest_span() -> None:
+    a = Increase({"x": 1.0, "y": 2.0}, 10.0)
+    b = Increase({"y": 3.0, "z": 4.0}, 12.0)
+    total = a + b
+    assert dict(total.counters) == {"x": 1.0, "y": 5.0, "z": 4.0}
+    assert total.seconds == 12.0
+
+
+# --- counter increases ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "increase"),
+    [(10.0, 15.0, 5.0), (15.0, 15.0, 0.0), (15.0, 3.0, 3.0), (15.0, 0.0, 0.0)],
+)
+def test_a_decrease_is_a_reset_never_a_negative_increase(
+    before: float, after: float, increase: float
+) -> None:
+    assert counter_increase(before, after) == increase
+
+
+def test_increase_across_a_restart_is_what_the_new_process_counted() -> None:
+    # The spec server, then the plain server (a different process) answering at the URL.
+    old = read_snapshot(page("cpu-0.32/spec-after-2x256.txt")).engines[TINY].counters
+    new = read_snapshot(page("cpu-0.32/plain-after-1x64.txt")).engines[TINY].counters
+    for restarted in (False, True):
+        d = increase_between(old, new, 10.0, restarted=restarted)
+        assert (d[s.GENERATION_TOKENS], d[s.TTFT_COUNT], d[s.ITL_COUNT]) == (64, 1, 63)
+        assert derive.tokens_per_forward_pass(d) == 1.0
+    # A counter that happens to be higher after the restart needs the restart flag.
+    grown = {**new, s.PROMPT_TOKENS: old[s.PROMPT_TOKENS] + 1}
+    assert increase_between(old, grown, 10.0)[s.PROMPT_TOKENS] == 1
+    assert (
+        increase_between(old, grown, 10.0, restarted=True)[s.PROMPT_TOKENS]
+        == grown[s.PROMPT_TOKENS]
+    )
+
+
+def test_a_counter_first_seen_after_counts_from_zero() -> None:
+    d = increase_between({}, {s.SPEC_DRAFTS: 4.0}, 1.0)
+    assert d[s.SPEC_DRAFTS] == 4.0
+
+
+def test_every_windowed_series_has_a_unique_glassbox_name_and_help() -> None:
+    names = [series.name for series in WINDOWED]
+    assert len(names) == len(set(names))
+    for series in WINDOWED:
+        assert series.name.startswith("glassbox_") and ":" not in series.name
+        assert series.help

@@ -1,0 +1,210 @@
+"""Windowed increases over a bounded history of polls (exporter/history.py)."""
+
+from __future__ import annotations
+
+import re
+import tracemalloc
+
+import pytest
+from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.history import History
+from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot, read_snapshot
+
+from tests.fixtures import grow_engines, page
+
+TINY = EngineKey("tiny", "0")
+
+
+def snap(name: str) -> Snapshot:
+    return read_snapshot(page(name))
+
+
+def fed(window: float, polls: list[tuple[float, str]], max_entries: int = 100) -> History:
+    history = History(window, max_entries)
+    for at, name in polls:
+        history.add(snap(name), at)
+    return history
+
+
+PLAIN = [
+    (0.0, "cpu-0.32/plain-idle.txt"),
+    (10.0, "cpu-0.32/plain-after-1x64.txt"),
+    (20.0, "cpu-0.32/plain-after-3x64.txt"),
+]
+
+
+def test_the_window_reaches_back_to_the_oldest_poll_inside_it() -> None:
+    d = fed(60.0, PLAIN).increases()[TINY]
+    assert (d[s.GENERATION_TOKENS], d.seconds) == (192, 20.0)
+    d = fed(15.0, PLAIN).increases()[TINY]
+    assert (d[s.GENERATION_TOKENS], d.seconds) == (128, 10.0)  # the poll at 0 s is outside
+
+
+def test_a_poll_exactly_at_the_window_edge_is_inside() -> None:
+    d = fed(20.0, PLAIN).increases()[TINY]
+    assert (d[s.GENERATION_TOKENS], d.seconds) == (192, 20.0)
+
+
+def test_increases_over_a_window_ending_later_than_the_last_poll() -> None:
+    history = fed(15.0, PLAIN)
+    assert history.increases(now=25.0)[TINY][s.GENERATION_TOKENS] == 128
+    assert history.increases(now=30.0) == {}  # only the latest poll is left in the window
+
+
+def test_one_poll_or_polls_too_far_apart_give_no_increase() -> None:
+    assert fed(60.0, PLAIN[:1]).increases() == {}
+    assert fed(60.0, [(0.0, PLAIN[0][1]), (100.0, PLAIN[2][1])]).increases() == {}
+
+
+def test_windowed_values_come_from_the_derivation_core() -> None:
+    d = fed(60.0, PLAIN).increases()[TINY]
+    assert derive.tokens_per_forward_pass(d) == 1.0
+    assert derive.engine_steps_per_second(d) == 192 / 20.0
+
+
+# --- resets and restarts ---------------------------------------------------------------------
+
+SPEC_THEN_PLAIN = [
+    (0.0, "cpu-0.32/spec-idle.txt"),
+    (10.0, "cpu-0.32/spec-after-1x256.txt"),
+    (20.0, "cpu-0.32/spec-after-2x256.txt"),
+    # vLLM restarted without speculation: a new process, counters from 0.
+    (30.0, "cpu-0.32/plain-idle.txt"),
+    (40.0, "cpu-0.32/plain-after-1x64.txt"),
+    (50.0, "cpu-0.32/plain-after-3x64.txt"),
+]
+
+
+def test_a_restart_adds_what_the_new_process_counted_never_a_negative() -> None:
+    history = History(60.0, 100)
+    restarts = [history.add(snap(name), at) for at, name in SPEC_THEN_PLAIN]
+    assert restarts == [False, False, False, True, False, False]
+    assert history.restarts == 1
+    d = history.increases()[TINY]
+    assert d[s.GENERATION_TOKENS] == 512 + 192
+    assert d[s.TTFT_COUNT] == 2 + 3
+    assert all(value >= 0 for value in d.counters.values()), d.counters
+    # The new process has no speculation: its spec values are absent at once (unlike
+    # Prometheus' increase(), which would still count the old drafts for a window).
+    assert not d.has(s.SPEC_DRAFTS)
+    assert derive.spec_draft_coverage(d) is None
+
+
+def test_ratios_across_a_restart_stay_between_the_values_on_either_side() -> None:
+    history = fed(60.0, SPEC_THEN_PLAIN)
+    before = fed(60.0, SPEC_THEN_PLAIN[:3]).increases()[TINY]
+    after = fed(60.0, SPEC_THEN_PLAIN[3:]).increases()[TINY]
+    across = history.increases()[TINY]
+    for f in (derive.tokens_per_forward_pass, derive.inter_token_latency):
+        low, high = sorted((f(before), f(after)))  # type: ignore[type-var]
+        assert low <= f(across) <= high, f.__name__  # type: ignore[operator]
+
+
+def test_a_counter_going_down_without_a_new_process_is_a_reset() -> None:
+    # Same process_start_time_seconds, counters lower: Prometheus' increase() rule.
+    history = History(60.0, 100)
+    history.add(snap("cpu-0.32/spec-after-2x256.txt"), 0.0)
+    assert history.add(snap("cpu-0.32/spec-after-1x256.txt"), 10.0) is True
+    history.add(snap("cpu-0.32/spec-after-2x256.txt"), 20.0)
+    d = history.increases()[TINY]
+    assert d[s.GENERATION_TOKENS] == 256 + (512 - 256)
+    assert history.restarts == 1
+
+
+def test_a_new_process_start_time_is_a_restart_even_if_counters_grew() -> None:
+    idle = page("cpu-0.32/spec-idle.txt")
+    after = page("cpu-0.32/spec-after-1x256.txt")
+    start = read_snapshot(idle).process_start_time
+    assert start is not None
+    # The same page from a process that started 100 s later.
+    restarted = re.sub(
+        r"^process_start_time_seconds .*$",
+        f"process_start_time_seconds {start + 100}",
+        after,
+        flags=re.MULTILINE,
+    )
+    history = History(60.0, 100)
+    history.add(read_snapshot(after), 0.0)
+    assert history.add(read_snapshot(restarted), 10.0) is True
+    # Everything the new process counted is new, not the difference of the two pages.
+    assert history.increases()[TINY][s.GENERATION_TOKENS] == 256
+
+
+def test_pages_without_a_process_start_time_rely_on_counters_alone() -> None:
+    two_api = snap("v0.11.0-2api/after.txt")
+    assert two_api.process_start_time is None
+    history = History(60.0, 100)
+    assert history.add(two_api, 0.0) is False
+    assert history.add(two_api, 10.0) is False
+    assert history.restarts == 0
+
+
+# --- engines that come and go ------------------------------------------------------------------
+
+
+def test_an_engine_that_disappears_and_reappears_starts_its_window_again() -> None:
+    one = page("cpu-0.32/spec-after-1x256.txt")
+    two = page("cpu-0.32/spec-after-2x256.txt")
+    history = History(60.0, 100)
+    history.add(read_snapshot(grow_engines(one, 2)), 0.0)
+    history.add(read_snapshot(two), 10.0)  # engine 1 missing from this page
+    history.add(read_snapshot(grow_engines(two, 2)), 20.0)
+    increases = history.increases()
+    engine0, engine1 = EngineKey("tiny", "0"), EngineKey("tiny", "1")
+    assert increases[engine0][s.GENERATION_TOKENS] == 256
+    assert engine1 not in increases  # one poll since it came back: nothing to compare yet
+    history.add(read_snapshot(grow_engines(page("cpu-0.32/flood-mid.txt"), 2)), 30.0)
+    increases = history.increases()
+    mid = snap("cpu-0.32/flood-mid.txt").engines[TINY].counters
+    assert increases[engine1][s.GENERATION_TOKENS] == mid[s.GENERATION_TOKENS] - 512
+    assert increases[engine1].seconds == 10.0
+    assert increases[engine0][s.GENERATION_TOKENS] == mid[s.GENERATION_TOKENS] - 256
+
+
+def test_a_counter_vllm_creates_late_counts_from_its_first_sighting() -> None:
+    history = History(60.0, 100)
+    history.add(Snapshot({TINY: s.EngineSample({s.GENERATION_TOKENS: 10}, {})}), 0.0)
+    history.add(Snapshot({TINY: s.EngineSample({s.GENERATION_TOKENS: 20, "late": 5}, {})}), 5.0)
+    history.add(Snapshot({TINY: s.EngineSample({s.GENERATION_TOKENS: 30, "late": 8}, {})}), 10.0)
+    d = history.increases()[TINY]
+    assert (d[s.GENERATION_TOKENS], d["late"]) == (20, 3)
+
+
+# --- memory ------------------------------------------------------------------------------------
+
+
+def test_history_keeps_at_most_max_entries_polls() -> None:
+    history = History(window_seconds=10.0, max_entries=4)
+    pages = [snap(name) for _, name in PLAIN]
+    for i in range(50):
+        history.add(pages[min(i, 2)], float(i))
+    d = history.increases()[TINY]
+    assert d.seconds == 3.0  # the oldest of the 4 polls kept, not 10 s back
+    history.clear()
+    assert history.increases() == {}
+
+
+def test_memory_stays_flat_over_many_polls() -> None:
+    snapshot = snap("cpu-0.32/flood-after.txt")
+    history = History(window_seconds=60.0, max_entries=14)
+    tracemalloc.start()
+    try:
+        for i in range(200):
+            history.add(snapshot, float(i))
+        warm, _ = tracemalloc.get_traced_memory()
+        for i in range(200, 2200):
+            history.add(snapshot, float(i))
+            history.increases()
+        later, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert later - warm < 16 * 1024, (warm, later)
+
+
+@pytest.mark.parametrize("max_entries", [0, 1])
+def test_history_always_keeps_two_polls_to_compare(max_entries: int) -> None:
+    history = History(60.0, max_entries)
+    for at, name in PLAIN:
+        history.add(snap(name), at)
+    assert history.increases()[TINY][s.GENERATION_TOKENS] == 128
