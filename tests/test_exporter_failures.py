@@ -15,6 +15,7 @@ switched from a healthy fake vLLM to one failure and back. For each failure:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -33,6 +34,7 @@ from tests.misbehaving import (
     Behaviour,
     FakeVllm,
     Misbehaving,
+    Step,
     body,
     drip,
     drip_headers,
@@ -136,8 +138,9 @@ def target() -> Iterator[Misbehaving]:
         yield t
 
 
-@pytest.fixture
-def exporter(target: Misbehaving) -> Iterator[Exporter]:
+@contextlib.contextmanager
+def _exporter(target: Misbehaving) -> Iterator[Exporter]:
+    """A real exporter on loopback: make_server + Poller.run, as `serve` wires them."""
     poller = Poller(
         ExporterConfig(
             target=target.url,
@@ -151,19 +154,24 @@ def exporter(target: Misbehaving) -> Iterator[Exporter]:
     )
     server = make_server(poller, "127.0.0.1", 0)
     stop = threading.Event()
-    threads = [
-        threading.Thread(target=poller.run, args=(stop,), daemon=True),
-        threading.Thread(target=server.serve_forever, daemon=True),
-    ]
-    for t in threads:
-        t.start()
-    with httpx.Client() as client:
-        yield Exporter(f"http://127.0.0.1:{server.server_address[1]}", poller, client)
-    stop.set()
-    server.shutdown()
-    server.server_close()
-    threads[0].join(timeout=TIMEOUT + 1)
-    poller.fetcher.close()
+    polling = threading.Thread(target=poller.run, args=(stop,), daemon=True)
+    polling.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with httpx.Client() as client:
+            yield Exporter(f"http://127.0.0.1:{server.server_address[1]}", poller, client)
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+        polling.join(timeout=TIMEOUT + 1)
+        poller.fetcher.close()
+
+
+@pytest.fixture
+def exporter(target: Misbehaving) -> Iterator[Exporter]:
+    with _exporter(target) as e:
+        yield e
 
 
 def _first_line(page: str, name: str) -> str:
@@ -291,3 +299,105 @@ def test_gzip_page_from_a_compressing_proxy_is_read(
     )
     assert s.value("glassbox_target_up") == 1.0
     assert s.names() >= DERIVED
+
+
+# --- vLLM restarts ----------------------------------------------------------------------
+
+
+def _expected_ratios(step: Step) -> dict[str, float]:
+    """Every windowed ratio of a fake whose counters grow by `step` per poll, by hand."""
+    decode_tokens = step.generation_tokens - step.ttft_count
+    itl = step.itl_sum / step.itl_count
+    return {
+        "glassbox_time_per_output_token_seconds": step.itl_sum / decode_tokens,
+        "glassbox_inter_token_latency_seconds": itl,
+        "glassbox_tokens_per_forward_pass": decode_tokens / step.itl_count,
+        "glassbox_tokens_per_engine_step": step.generation_tokens / step.engine_steps,
+        "glassbox_time_to_first_token_seconds": step.ttft_sum / step.ttft_count,
+        "glassbox_weight_bytes_per_output_token": WEIGHTS
+        * step.engine_steps
+        / step.generation_tokens,
+        "glassbox_weight_read_bandwidth_bytes_per_second": WEIGHTS / itl,
+        "glassbox_memory_bandwidth_utilization_ratio": WEIGHTS / itl / PEAK_BANDWIDTH,
+        "glassbox_preemptions_per_second": 0.0,
+    }
+
+
+def _watch(exporter: Exporter, until: Callable[[Scrape], bool], what: str) -> list[Scrape]:
+    seen: list[Scrape] = []
+
+    def record(s: Scrape) -> bool:
+        seen.append(s)
+        return until(s)
+
+    exporter.wait_for(record, what)
+    return seen
+
+
+def _assert_steady(scrapes: list[Scrape], step: Step) -> None:
+    """Ratios equal their hand values at every scrape; rates never negative or spiking."""
+    expected = _expected_ratios(step)
+    steps_per_second_max = 1.5 * step.engine_steps / INTERVAL  # polls never come faster
+    for s in scrapes:
+        for name, want in expected.items():
+            got = s.value(name)
+            if got is not None:
+                assert got == pytest.approx(want, rel=1e-9, abs=1e-12), (name, got)
+        rate = s.value("glassbox_engine_steps_per_second")
+        if rate is not None:
+            assert 0 < rate <= steps_per_second_max
+
+
+def _full_window(s: Scrape) -> bool:
+    covered = s.value("glassbox_window_covered_seconds")
+    return covered is not None and covered >= WINDOW - INTERVAL - 0.05
+
+
+def _restarts(s: Scrape) -> float:
+    return s.value("glassbox_target_restarts_total") or 0.0
+
+
+def test_vllm_restart_after_an_outage_is_counted_once_without_spikes(
+    target: Misbehaving, exporter: Exporter
+) -> None:
+    scrapes = [exporter.wait_healthy()]
+    scrapes += _watch(exporter, _full_window, "a full window")
+    target.refuse()
+    scrapes += _watch(exporter, lambda s: s.value("glassbox_target_up") == 0.0, "down")
+    target.fake.restart()
+    target.listen()
+    scrapes += _watch(
+        exporter,
+        lambda s: _restarts(s) == 1 and s.names() >= DERIVED,
+        "restart counted and derived series back",
+    )
+    scrapes += _watch(exporter, _full_window, "a full window after the restart")
+    _assert_steady(scrapes, target.fake.step)
+    assert _restarts(scrapes[-1]) == 1
+
+
+def test_restart_without_process_start_time_is_seen_by_counters_going_down() -> None:
+    # vLLM's multiprocess mode (several API servers) exposes no process_* series.
+    with Misbehaving(FakeVllm(show_process_start=False)) as target, _exporter(target) as exporter:
+        scrapes = [exporter.wait_healthy()]
+        target.fake.restart()  # between two polls: the next page has lower counters
+        scrapes += _watch(exporter, lambda s: _restarts(s) == 1, "restart counted")
+        scrapes += _watch(exporter, _full_window, "a full window after the restart")
+        _assert_steady(scrapes, target.fake.step)
+        assert _restarts(scrapes[-1]) == 1
+
+
+def test_restart_with_counters_already_past_the_old_values_is_seen_by_start_time(
+    target: Misbehaving, exporter: Exporter
+) -> None:
+    scrapes = [exporter.wait_healthy()]
+    # The new process has done more steps than the old one had by its last page: only
+    # process_start_time_seconds tells; the whole new count is the increase.
+    target.fake.restart(polls_before_first_page=target.fake.polls + 50)
+    scrapes += _watch(exporter, lambda s: _restarts(s) == 1, "restart counted")
+    expected = _expected_ratios(target.fake.step)
+    for s in scrapes:
+        for name, want in expected.items():
+            got = s.value(name)
+            if got is not None:
+                assert got == pytest.approx(want, rel=1e-9, abs=1e-12), (name, got)
