@@ -1,6 +1,7 @@
 """Capture the vLLM pages and startup logs in tests/fixtures from the real vLLM CPU build.
 
-Run by hand (two vLLM CPU servers, about four minutes on two cores), never by the suite:
+Run by hand (two vLLM CPU servers; ten minutes on a shared two-core machine), never by
+the suite:
 
     .venv/bin/python -m tests.capture_fixtures            # rewrites tests/fixtures/...
 

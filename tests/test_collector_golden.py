@@ -8,11 +8,13 @@ loopback server elsewhere; here only the pages matter.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
@@ -66,13 +68,11 @@ def render(
     return strip_volatile(generate_latest(make_registry(poller)).decode())
 
 
-def config(**overrides: object) -> ExporterConfig:
-    base: dict[str, object] = {
-        "target": "http://vllm.invalid:8000",
-        "interval_seconds": 10.0,
-        "window_seconds": 60.0,
-    }
-    return ExporterConfig(**{**base, **overrides})  # type: ignore[arg-type]
+def config(**overrides: Any) -> ExporterConfig:
+    base = ExporterConfig(
+        target="http://vllm.invalid:8000", interval_seconds=10.0, window_seconds=60.0
+    )
+    return dataclasses.replace(base, **overrides)
 
 
 L40S = gpu_bandwidth("L40S")

@@ -102,10 +102,11 @@ def test_speculation_makes_more_than_one_token_per_forward_pass(spec: Increase) 
 
 def test_under_speculation_tpot_is_per_token_and_itl_is_per_step(spec: Increase) -> None:
     tpot, itl = derive.time_per_output_token(spec), derive.inter_token_latency(spec)
+    per_pass = derive.tokens_per_forward_pass(spec)
     assert tpot == pytest.approx(spec[s.ITL_SUM] / 255)
     assert itl == pytest.approx(spec[s.ITL_SUM] / spec[s.ITL_COUNT])
-    assert tpot is not None and itl is not None
-    assert tpot * derive.tokens_per_forward_pass(spec) == pytest.approx(itl)  # type: ignore[operator]
+    assert tpot is not None and per_pass is not None
+    assert tpot * per_pass == pytest.approx(itl)
 
 
 def test_decode_tokens_are_steps_plus_accepted_drafts_up_to_the_max_tokens_cut(

@@ -97,8 +97,9 @@ def test_ratios_across_a_restart_stay_between_the_values_on_either_side() -> Non
     after = fed(60.0, SPEC_THEN_PLAIN[3:]).increases()[TINY]
     across = history.increases()[TINY]
     for f in (derive.tokens_per_forward_pass, derive.inter_token_latency):
-        low, high = sorted((f(before), f(after)))  # type: ignore[type-var]
-        assert low <= f(across) <= high, f.__name__  # type: ignore[operator]
+        b, a, x = f(before), f(after), f(across)
+        assert b is not None and a is not None and x is not None, f.__name__
+        assert min(a, b) <= x <= max(a, b), f.__name__
 
 
 def test_a_counter_going_down_without_a_new_process_is_a_reset() -> None:

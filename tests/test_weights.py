@@ -34,7 +34,7 @@ def test_header_bytes_equal_the_tiny_models_tensor_bytes(tmp_path: Path) -> None
 
 
 def test_header_bytes_match_the_safetensors_library(tmp_path: Path) -> None:
-    tensors = {
+    tensors: dict[str, np.ndarray] = {
         "a": np.zeros((3, 5), dtype=np.float32),
         "b": np.zeros((7,), dtype=np.int8),
         "c": np.zeros((2, 2, 2), dtype=np.float16),
