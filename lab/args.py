@@ -237,15 +237,15 @@ def flag_value(args: Sequence[str], name: str) -> str | None:
     if dotted:
         merged: dict[str, Any] = {}
         for occurrence in dotted:
-            *path, last = (occurrence.sub_key or "").split(".")
+            *path, leaf = (occurrence.sub_key or "").split(".")
             node = merged
             for key in path:
                 node = node.setdefault(key, {})
             raw = " ".join(occurrence.values)
             try:
-                node[last] = json.loads(raw)
+                node[leaf] = json.loads(raw)
             except json.JSONDecodeError:
-                node[last] = raw
+                node[leaf] = raw
         return json.dumps(merged)
     if not present:
         return None

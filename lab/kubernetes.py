@@ -23,6 +23,7 @@ uses (tests/k8s_double.py).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -91,7 +92,7 @@ def rollout_problem(deployment: Any, generation: int) -> str | None:
     if updated < want:
         return f"{updated} of {want} replicas run the new template"
     if total > updated:
-        return f"{total - updated} old replicas are still terminating"
+        return f"{total - updated} old replicas pending termination"
     if available < updated:
         return f"{available} of {updated} updated replicas are available"
     return None
@@ -200,15 +201,18 @@ class KubernetesBackend:
         timeouts: Timeouts = Timeouts(),
         log: Callable[[str], None] = lambda message: None,
     ) -> KubernetesBackend:
-        """In a pod: its ServiceAccount and namespace; else kube-config's current context."""
+        """In a pod: its ServiceAccount and namespace; else kube-config's current context
+        ($KUBECONFIG, else ~/.kube/config)."""
         configuration = k8s.Configuration()
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)
             default_namespace = _NAMESPACE_FILE.read_text().strip()
         except ConfigException:
+            # The client reads $KUBECONFIG once, at import; read it now.
+            path = os.environ.get("KUBECONFIG") or "~/.kube/config"
             try:
-                k8s_config.load_kube_config(client_configuration=configuration)
-                _, active = k8s_config.list_kube_config_contexts()
+                k8s_config.load_kube_config(path, client_configuration=configuration)
+                _, active = k8s_config.list_kube_config_contexts(path)
             except (ConfigException, OSError) as e:
                 raise KubernetesError(
                     f"no Kubernetes configuration: not in a pod, and no usable kube-config ({e})"
@@ -367,7 +371,10 @@ class KubernetesBackend:
             problem = rollout_problem(deployment, generation)
             if problem is None:
                 return
-            if stalled := _deadline_exceeded(deployment):
+            observed = deployment.status.observed_generation if deployment.status else None
+            # A stale status may still carry the verdict on the previous rollout.
+            stalled = _deadline_exceeded(deployment) if (observed or 0) >= generation else None
+            if stalled:
                 raise KubernetesError(
                     f"{self._where}: rollout of {what} failed: {stalled}; {problem}"
                     f"{self._pods_note(deployment)}"

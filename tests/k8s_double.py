@@ -238,23 +238,28 @@ class FakeCluster:
     terminate_after: float = 0.1  # seconds an old pod spends terminating
     progress_deadline: float | None = None  # then Progressing=False ProgressDeadlineExceeded
     serving: bool = True  # the fake vLLM answers /health (after its pod is Ready)
+    cache_config_shown: bool = True  # its /metrics page has vllm:cache_config_info
     faults: list[Fault] = field(default_factory=list)
+    # Called with each API request before it is handled (e.g. someone else's edit).
+    before_request: Callable[[FakeCluster, Recorded], None] | None = None
     requests: list[Recorded] = field(default_factory=list)
+    service_requests: list[str] = field(default_factory=list)  # paths asked of the fake vLLM
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
         self._pods: list[_Pod] = []
         self._serial = 0
         labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": self.name}
-        containers = [
-            {
-                "name": self.container,
-                "image": "vllm/vllm-openai:v0.11.0",
-                "command": list(self.command),
-                "args": list(self.args),
-            }
+        # Sidecars first, so the vLLM container's index in the patch is not always 0.
+        containers: list[dict[str, Any]] = [
+            {"name": s, "image": f"example/{s}:1"} for s in self.sidecars
         ]
-        containers += [{"name": s, "image": f"example/{s}:1"} for s in self.sidecars]
+        vllm: dict[str, Any] = {"name": self.container, "image": "vllm/vllm-openai:v0.11.0"}
+        if self.command:
+            vllm["command"] = list(self.command)
+        if self.args:
+            vllm["args"] = list(self.args)
+        containers.append(vllm)
         self.deployment: dict[str, Any] = {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -291,7 +296,7 @@ class FakeCluster:
     @property
     def current_args(self) -> list[str]:
         with self._lock:
-            return list(self._template_container()["args"])
+            return list(self._template_container().get("args", []))
 
     @property
     def patches(self) -> list[Any]:
@@ -329,7 +334,7 @@ class FakeCluster:
         self._serial += 1
         name = f"{self.name}-{pod_hash}-{self._serial:05d}"
         containers = copy.deepcopy(template["spec"]["containers"])
-        vllm_args = next(c["args"] for c in containers if c["name"] == self.container)
+        vllm_args = next(c.get("args", []) for c in containers if c["name"] == self.container)
         statuses = [
             {
                 "name": c["name"],
@@ -341,11 +346,12 @@ class FakeCluster:
             }
             for c in containers
         ]
-        if ready_at is None:
-            for s in statuses:
-                if s["name"] == self.container:
-                    s["restartCount"] = 3
-                    s["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+        for s in statuses:
+            if s["name"] != self.container:
+                s["ready"] = True  # sidecars are ready at once; vLLM takes its time
+            elif ready_at is None:
+                s["restartCount"] = 3
+                s["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
         body = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -456,7 +462,10 @@ class FakeCluster:
         query = parse_qs(parts.query)
         body = json.loads(raw) if raw else None
         with self._lock:
-            self.requests.append(Recorded(method, parts.path, query, content_type, body))
+            recorded = Recorded(method, parts.path, query, content_type, body)
+            self.requests.append(recorded)
+            if self.before_request is not None:
+                self.before_request(self, recorded)
             now = time.monotonic()
             self._advance(now)
             if (status := self._fault(method, parts.path)) is not None:
@@ -535,18 +544,22 @@ class FakeCluster:
 
     def handle_vllm(self, path: str) -> tuple[int, str, bytes]:
         with self._lock:
+            self.service_requests.append(path)
             self._advance(time.monotonic())
             ready = [p for p in self._pods if p.ready and p.remove_at is None]
             if not ready or not self.serving:
                 return 503, "text/plain", b"no ready endpoint\n"
             newest = max(ready, key=lambda p: p.name)
-            args = next(
-                c["args"] for c in newest.body["spec"]["containers"] if c["name"] == self.container
-            )
+            containers = newest.body["spec"]["containers"]
+            args = next(c.get("args", []) for c in containers if c["name"] == self.container)
+            shown = self.cache_config_shown
         if path == "/health":
             return 200, "text/plain", b""
         if path == "/metrics":
-            return 200, "text/plain; version=0.0.4", metrics_page(args).encode()
+            page = metrics_page(args)
+            if not shown:
+                page = re.sub(r"^.*vllm:cache_config_info.*\n", "", page, flags=re.M)
+            return 200, "text/plain; version=0.0.4", page.encode()
         return 404, "text/plain", b"not found\n"
 
     # -- servers -------------------------------------------------------------------------
@@ -630,7 +643,7 @@ def _serve(
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return server
 
 
