@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -63,7 +63,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="N",
         help="refuse pages larger than N bytes after decompression (default 8 MiB)",
     )
-    p.add_argument("--weights-bytes", metavar="N", help="model weight bytes, when known")
+    p.add_argument(
+        "--weights-bytes",
+        metavar="N",
+        help="model weight bytes, when known (plain or scientific: 15231233024, 15.2e9)",
+    )
     p.add_argument(
         "--vllm-log",
         metavar="FILE",
@@ -79,7 +83,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     bw.add_argument(
         "--gpu", metavar="NAME", help="GPU model for the datasheet bandwidth (e.g. L40S)"
     )
-    bw.add_argument("--gpu-memory-bandwidth", metavar="B", help="peak memory bandwidth, bytes/s")
+    bw.add_argument(
+        "--gpu-memory-bandwidth",
+        metavar="B",
+        help="peak memory bandwidth in bytes/s (plain or scientific: 864e9)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -88,9 +96,9 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     """Validate every flag; raise ConfigError listing all problems at once."""
     problems: list[str] = []
 
-    def check(flag: str, fn, raw):  # type: ignore[no-untyped-def]
+    def check(flag: str, parse: Callable[[str], float], raw: str) -> float | None:
         try:
-            return fn(raw)
+            return parse(raw)
         except ValueError as e:
             problems.append(f"{flag}: {e}")
             return None
@@ -126,13 +134,17 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         problems.append(
             f"--window: {args.window} must span at least two polls (--interval {args.interval})"
         )
-    if args.vllm_log and not Path(args.vllm_log).parent.is_dir():
-        problems.append(f"--vllm-log: directory of {args.vllm_log!r} does not exist")
+    if args.vllm_log:
+        # The file itself may appear later (the exporter can start before vLLM).
+        if Path(args.vllm_log).is_dir():
+            problems.append(f"--vllm-log: {args.vllm_log!r} is a directory, not a log file")
+        elif not Path(args.vllm_log).parent.is_dir():
+            problems.append(f"--vllm-log: directory of {args.vllm_log!r} does not exist")
     if args.model_dir:
         try:
             resolve_checkpoint_weights(args.model_dir)
-        except (OSError, ValueError) as e:
-            problems.append(f"--model-dir: {e}")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            problems.append(f"--model-dir: {args.model_dir!r}: {type(e).__name__}: {e}")
     if problems:
         raise ConfigError("\n".join(problems))
     assert interval and window and timeout and max_bytes and port is not None

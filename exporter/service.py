@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from collections import Counter
@@ -220,9 +221,14 @@ def make_server(poller: Poller, host: str, port: int) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: object) -> None:
             log.debug("http %s", format % args)
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    server_class = _HTTPServer6 if ":" in host else ThreadingHTTPServer
+    server = server_class((host, port), Handler)
     server.daemon_threads = True
     return server
+
+
+class _HTTPServer6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
 
 
 def serve(config: ExporterConfig, stop: threading.Event | None = None) -> None:

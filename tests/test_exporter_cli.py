@@ -1,0 +1,394 @@
+"""`glassbox exporter`: every flag, fail-fast validation, and the real console command.
+
+The console command runs as a subprocess against a fake vLLM on loopback
+(tests/misbehaving.py); it is scraped over HTTP and stopped with SIGTERM / SIGINT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.exporter.cli import build_parser, config_from_args, main
+from vllm_glassbox.exporter.service import ExporterConfig
+from vllm_glassbox.exporter.weights import GPU_MEMORY_BANDWIDTH, weights_from_config
+from vllm_glassbox.lab.tinymodel import TinyModelSpec, write_safetensors
+
+from tests.misbehaving import FakeVllm, Misbehaving
+
+GLASSBOX = str(Path(sys.executable).parent / "glassbox")
+GIB = 1024**3
+
+
+def parse(argv: Sequence[str]) -> ExporterConfig:
+    return config_from_args(build_parser("glassbox exporter").parse_args(argv))
+
+
+# --- flags -> config --------------------------------------------------------------------
+
+
+def test_every_flag_reaches_the_config(tmp_path: Path) -> None:
+    model = _checkpoint(tmp_path / "model")
+    config = parse(
+        [
+            "--target", "http://10.0.0.5:8000/",
+            "--listen", "127.0.0.1:9500",
+            "--interval", "500ms",
+            "--window", "1m",
+            "--timeout", "2s",
+            "--max-bytes", "1048576",
+            "--weights-bytes", "15.2e9",
+            "--vllm-log", str(tmp_path / "vllm.log"),
+            "--model-dir", str(model),
+            "--gpu-memory-bandwidth", "864e9",
+        ]
+    )  # fmt: skip
+    assert config.target == "http://10.0.0.5:8000"
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 9500)
+    assert config.interval_seconds == 0.5
+    assert config.window_seconds == 60.0
+    assert config.timeout_seconds == 2.0
+    assert config.max_bytes == 1048576
+    assert config.weights_bytes == 15.2e9
+    assert config.vllm_log == str(tmp_path / "vllm.log")
+    assert config.model_dir == str(model)
+    assert config.peak_bandwidth == 864e9
+
+
+def test_defaults_follow_the_spec() -> None:
+    config = parse([])
+    assert config.target == "http://127.0.0.1:8000"
+    assert config.interval_seconds == 5.0
+    assert config.window_seconds == 60.0
+    assert config.timeout_seconds == 5.0  # the interval, at most 5 s
+    assert config.weights_bytes is None and config.peak_bandwidth is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("500ms", 0.5), ("5s", 5.0), ("1m", 60.0), ("7", 7.0), ("2.5", 2.5)]
+)
+def test_durations_accept_ms_s_m_and_plain_seconds(text: str, seconds: float) -> None:
+    config = parse(["--interval", text, "--window", "10m"])
+    assert config.interval_seconds == seconds
+    assert config.timeout_seconds == min(seconds, 5.0)
+
+
+@pytest.mark.parametrize(("text", "value"), [("864e9", 864e9), ("864000000000", 864e9)])
+def test_bandwidth_accepts_plain_and_scientific_bytes(text: str, value: float) -> None:
+    assert parse(["--gpu-memory-bandwidth", text]).peak_bandwidth == value
+
+
+def test_gpu_name_gives_the_datasheet_bandwidth() -> None:
+    assert parse(["--gpu", "L40S"]).peak_bandwidth == GPU_MEMORY_BANDWIDTH["L40S"]
+    assert parse(["--gpu", "h100"]).peak_bandwidth == GPU_MEMORY_BANDWIDTH["H100-SXM"]
+
+
+def test_ipv6_listen_address_is_unbracketed() -> None:
+    config = parse(["--listen", "[::1]:9401"])
+    assert (config.listen_host, config.listen_port) == ("::1", 9401)
+
+
+# --- bad flags fail fast, naming the flag -----------------------------------------------
+
+BAD_FLAGS = [
+    (["--interval", "5x"], "--interval"),
+    (["--interval", "0"], "--interval"),
+    (["--window", "-1m"], "--window"),
+    (["--interval", "10s", "--window", "15s"], "--window"),
+    (["--timeout", "soon"], "--timeout"),
+    (["--target", "ftp://vllm:8000"], "--target"),
+    (["--target", "vllm:8000"], "--target"),
+    (["--listen", "127.0.0.1:99999"], "--listen"),
+    (["--listen", "127.0.0.1:http"], "--listen"),
+    (["--max-bytes", "-5"], "--max-bytes"),
+    (["--weights-bytes", "lots"], "--weights-bytes"),
+    (["--weights-bytes", "0"], "--weights-bytes"),
+    (["--gpu", "Z80"], "--gpu"),
+    (["--gpu-memory-bandwidth", "fast"], "--gpu-memory-bandwidth"),
+    (["--gpu", "L40S", "--gpu-memory-bandwidth", "1e12"], "--gpu-memory-bandwidth"),
+    (["--vllm-log", "/nonexistent/dir/vllm.log"], "--vllm-log"),
+    (["--no-such-flag"], "--no-such-flag"),
+    (["--log-level", "loud"], "--log-level"),
+]
+
+
+@pytest.mark.parametrize(("argv", "flag"), BAD_FLAGS, ids=[" ".join(a) for a, _ in BAD_FLAGS])
+def test_bad_flag_exits_2_naming_it(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _main_exit_code(argv) == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_model_dir_without_a_checkpoint_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _main_exit_code(["--model-dir", str(tmp_path)]) == 2
+    assert "--model-dir" in capsys.readouterr().err
+
+
+def test_log_path_that_is_a_directory_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _main_exit_code(["--vllm-log", str(tmp_path)]) == 2
+    assert "--vllm-log" in capsys.readouterr().err
+
+
+def test_every_bad_flag_is_listed_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _main_exit_code(["--interval", "x", "--window", "y", "--gpu", "Z80"]) == 2
+    err = capsys.readouterr().err
+    assert "--interval" in err and "--window" in err and "--gpu" in err
+
+
+def test_console_command_fails_fast_on_a_bad_flag() -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [GLASSBOX, "exporter", "--interval", "soon"], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert "--interval" in done.stderr
+    assert time.monotonic() - started < 10
+
+
+def _main_exit_code(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse's own errors
+        return int(e.code or 0)
+
+
+# --- the real console command -----------------------------------------------------------
+
+
+class Running:
+    """`glassbox exporter ...` as a child process, its port read from its own log."""
+
+    def __init__(self, args: Sequence[str]) -> None:
+        self.proc = subprocess.Popen(
+            [GLASSBOX, "exporter", "--listen", "127.0.0.1:0", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.url = self._wait_url()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def _wait_url(self, seconds: float = 20.0) -> str:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for line in self.lines:
+                if m := re.search(r"serving on (http://\S+)/metrics", line):
+                    return m.group(1)
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError("exporter did not start:\n" + "".join(self.lines))
+
+    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        r = httpx.get(self.url + "/metrics", timeout=5)
+        r.raise_for_status()
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(r.text):
+            for s in family.samples:
+                out.setdefault(s.name, []).append((s.labels, s.value))
+        return out
+
+    def value(self, name: str, **labels: str) -> float | None:
+        for have, v in self.scrape().get(name, []):
+            if all(have.get(k) == want for k, want in labels.items()):
+                return v
+        return None
+
+    def wait_value(self, name: str, seconds: float = 10.0, **labels: str) -> float:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            v = self.value(name, **labels)
+            if v is not None:
+                return v
+            time.sleep(0.1)
+        raise AssertionError(f"{name}{labels} never appeared; last: {self.scrape()}")
+
+    def stop(self, sig: int = signal.SIGTERM, seconds: float = 10.0) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=seconds)
+        self._reader.join(timeout=5)
+        return code
+
+
+@contextlib.contextmanager
+def running(args: Sequence[str]) -> Iterator[Running]:
+    r = Running(args)
+    try:
+        yield r
+    finally:
+        if r.proc.poll() is None:
+            r.proc.kill()
+            r.proc.wait()
+
+
+@pytest.fixture
+def target() -> Iterator[Misbehaving]:
+    with Misbehaving(FakeVllm(version="0.32.0")) as t:
+        yield t
+
+
+def test_console_command_serves_derived_series_and_stops_cleanly_on_sigterm(
+    target: Misbehaving,
+) -> None:
+    with running(["--target", target.url, "--interval", "500ms", "--window", "5s"]) as exporter:
+        tpot = exporter.wait_value("glassbox_time_per_output_token_seconds", model_name="fake")
+        step = target.fake.step
+        assert tpot == pytest.approx(step.itl_sum / (step.generation_tokens - step.ttft_count))
+        assert exporter.value("glassbox_target_up") == 1.0
+        assert exporter.value("glassbox_window_seconds") == 5.0
+        assert exporter.value("glassbox_vllm_info", version="0.32.0") == 1.0
+        # --interval 500ms: about four polls in two seconds.
+        polls = target.fake.polls
+        time.sleep(2.0)
+        assert 3 <= target.fake.polls - polls <= 5
+        assert httpx.get(exporter.url + "/healthz", timeout=5).text == "ok\n"
+        started = time.monotonic()
+        assert exporter.stop(signal.SIGTERM) == 0
+        assert time.monotonic() - started < 3.0
+    assert "Traceback" not in "".join(exporter.lines)
+
+
+def test_console_command_stops_cleanly_on_sigint(target: Misbehaving) -> None:
+    with running(["--target", target.url, "--interval", "1s"]) as exporter:
+        exporter.wait_value("glassbox_kv_cache_capacity_tokens")
+        assert exporter.stop(signal.SIGINT) == 0
+    assert "Traceback" not in "".join(exporter.lines)
+
+
+def test_console_command_starts_and_serves_while_vllm_is_down() -> None:
+    with Misbehaving() as down:
+        down.refuse()
+        with running(["--target", down.url, "--interval", "500ms"]) as exporter:
+            deadline = time.monotonic() + 10
+            while (exporter.value("glassbox_scrape_errors_total", reason="connect") or 0) < 2:
+                assert time.monotonic() < deadline, exporter.scrape()
+                time.sleep(0.1)
+            assert exporter.value("glassbox_target_up") == 0.0
+            assert exporter.value("glassbox_time_per_output_token_seconds") is None
+            assert exporter.stop() == 0
+
+
+def test_listen_address_in_use_exits_1_naming_it(target: Misbehaving) -> None:
+    port = target.port  # already taken by the fake vLLM
+    done = subprocess.run(
+        [GLASSBOX, "exporter", "--listen", f"127.0.0.1:{port}", "--target", target.url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert f"127.0.0.1:{port}" in done.stderr
+
+
+# --- where the weights come from: flag > log > safetensors > config ---------------------
+
+LOG_LINE = (
+    "(EngineCore_DP0 pid=4242) INFO 10-05 12:00:00 [gpu_model_runner.py:2653] "
+    "Model loading took 1.2500 GiB and 3.123456 seconds\n"
+)
+CPU_LOG_LINE = (
+    "(EngineCore pid=4242) INFO 11-29 12:00:00 [kv_cache_utils.py:1149] CPU KV cache size: "
+    "4,096 tokens, Maximum concurrency for 2,048 tokens per request: 2.00x\n"
+)
+
+
+def _checkpoint(directory: Path, safetensors: bool = True) -> Path:
+    spec = TinyModelSpec("tiny-cli", hidden_size=64, num_layers=2, intermediate_size=128)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "vocab_size": 1024,
+        "torch_dtype": "bfloat16",
+    }
+    (directory / "config.json").write_text(json.dumps(config))
+    if safetensors:
+        write_safetensors(directory / "model.safetensors", spec.tensor_shapes())
+    return directory
+
+
+def _tensor_bytes(path: Path) -> int:
+    """Bytes after the safetensors header: the tensors themselves (by hand)."""
+    with open(path, "rb") as f:
+        (header_length,) = struct.unpack("<Q", f.read(8))
+    return path.stat().st_size - 8 - header_length
+
+
+@pytest.mark.parametrize(
+    ("flag", "log", "safetensors", "source"),
+    [
+        (True, LOG_LINE, True, "flag"),
+        (False, LOG_LINE, True, "log"),
+        (False, CPU_LOG_LINE, True, "safetensors"),  # vLLM on CPU logs no weights
+        (False, None, True, "safetensors"),
+        (False, None, False, "config"),
+    ],
+)
+def test_weights_source_precedence_is_flag_log_safetensors_config(
+    flag: bool,
+    log: str | None,
+    safetensors: bool,
+    source: str,
+    target: Misbehaving,
+    tmp_path: Path,
+) -> None:
+    model = _checkpoint(tmp_path / "model", safetensors=safetensors)
+    args = ["--target", target.url, "--interval", "500ms", "--model-dir", str(model)]
+    if flag:
+        args += ["--weights-bytes", "7.5e9"]
+    if log is not None:
+        (tmp_path / "vllm.log").write_text("INFO starting\n" + log)
+        args += ["--vllm-log", str(tmp_path / "vllm.log")]
+    if source == "flag":
+        expected = 7.5e9
+    elif source == "log":
+        expected = 1.25 * GIB
+    elif source == "safetensors":
+        expected = float(_tensor_bytes(model / "model.safetensors"))
+    else:  # the estimate's arithmetic has its own tests; here only where it comes from
+        expected = float(weights_from_config(model))
+    with running([*args, "--gpu-memory-bandwidth", "50e9"]) as exporter:
+        assert exporter.wait_value("glassbox_model_weights_info", source=source) == 1.0
+        assert exporter.value("glassbox_model_weights_bytes") == expected
+        assert exporter.value("glassbox_decode_floor_seconds") == pytest.approx(expected / 50e9)
+        assert exporter.stop() == 0
+
+
+def test_kv_tokens_from_the_vllm_log_are_published(target: Misbehaving, tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text("")  # vLLM not started yet: the exporter follows the file as it grows
+    with running(["--target", target.url, "--interval", "500ms", "--vllm-log", str(log)]) as e:
+        e.wait_value("glassbox_target_up")
+        assert e.value("glassbox_kv_cache_logged_capacity_tokens") is None
+        with open(log, "a") as f:
+            f.write(CPU_LOG_LINE)
+        assert e.wait_value("glassbox_kv_cache_logged_capacity_tokens") == 4096.0
+        assert e.stop() == 0
