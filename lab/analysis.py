@@ -123,10 +123,10 @@ def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float
     n = len(points)
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
+    if n < 2 or len(set(xs)) < 2:
+        raise ValueError("a line needs at least two points with different x")
     mean_x, mean_y = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mean_x) ** 2 for x in xs)
-    if n < 2 or sxx == 0:
-        raise ValueError("a line needs at least two points with different x")
     slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
     intercept = mean_y - slope * mean_x
     ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in points)

@@ -584,7 +584,7 @@ def parse_plan(data: object, source: str = "plan") -> Plan:
         node.done()
     if root.raw("phases") is _MISSING:
         root.problem("phases", "required")
-    elif not phases and not problems:
+    elif root.raw("phases") == []:
         root.problem("phases", "needs at least one phase")
     _unique(root, "phases", names)
     _check_tiny_refs(local, phases, problems)

@@ -65,9 +65,8 @@ class Progress:
     def begin(self, phase: str, variant: str | None = None) -> None:
         with self._lock:
             self._where = phase + (f" › {variant}" if variant else "")
-            self._status, self._tokens = "starting", None
+            self._status, self._tokens = "", None
             self._started = self.clock()
-        self._plain(force=True)
 
     def status(self, text: str) -> None:
         with self._lock:

@@ -107,6 +107,20 @@ def _when(unix: float | None) -> str:
     return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else "–"
+
+
+def _error_block(title: str, text: str) -> list[str]:
+    """An error in the report: its first line, then the rest (a log's tail) verbatim."""
+    first, _, rest = text.strip().partition("\n")
+    out = [f"> **{title}:** {first}", ""]
+    if rest.strip():
+        out += ["```text", rest.strip("\n").replace("```", "` ` `"), "```", ""]
+    return out
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)
 
@@ -150,7 +164,7 @@ def summary_lines(results: LabResults) -> list[str]:
     for phase in results.phases:
         body = phase.body
         if phase.status != "ok":
-            lines.append(f"**{phase.name}** {phase.status}: {phase.error or 'no result'}")
+            lines.append(f"**{phase.name}** {phase.status}: {_first_line(phase.error)}")
         if isinstance(body, QuantizationResult) and body.fit:
             fit = body.fit
             worst = max((abs(p.error_ratio) for p in fit.predictions), default=0.0)
@@ -206,7 +220,7 @@ def _phase_section(phase: PhaseResult) -> list[str]:
     )
     out.append("")
     if phase.error:
-        out += [f"> **Error:** {phase.error}", ""]
+        out += _error_block("Error", phase.error)
     body = phase.body
     if isinstance(body, QuantizationResult):
         out += _quantization(phase, body)
@@ -223,7 +237,7 @@ def _quantization(phase: PhaseResult, q: QuantizationResult) -> list[str]:
     for v in q.variants:
         st, rq = v.startup, v.stats
         if st is None or rq is None:
-            rows.append([v.name, f"`{v.model}`", *["–"] * 11, f"failed: {v.error}"])
+            rows.append([v.name, f"`{v.model}`", *["–"] * 11, f"failed: {_first_line(v.error)}"])
             continue
         base_st = first.startup if first else None
         base_rq = first.stats if first else None
@@ -270,6 +284,9 @@ def _quantization(phase: PhaseResult, q: QuantizationResult) -> list[str]:
         ],
         rows,
     )
+    for v in q.variants:
+        if v.error:
+            out += _error_block(f"{v.name} failed", v.error)
     if q.fit:
         f = q.fit
         out += [

@@ -47,6 +47,7 @@ from .results import (
     TimelinePoint,
     VariantResult,
 )
+from .server_process import ServerError
 from .telemetry import Observer, Segment
 
 PROGRESS_POLL_SECONDS = 2.0
@@ -313,7 +314,7 @@ def with_extra(request: Request, model: str, extra: dict[str, object]) -> dict[s
 
 def _describe(e: BaseException) -> str:
     text = str(e).strip() or type(e).__name__
-    if isinstance(e, LabError | ValueError | OSError):
+    if isinstance(e, LabError | ServerError | ValueError | OSError):
         return text
     return f"{type(e).__name__}: {text}"
 

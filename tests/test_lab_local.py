@@ -1,0 +1,465 @@
+"""The local backend and the run around it, fast: a stand-in server instead of vLLM.
+
+The stand-in (this file run as a script, see `fake_server` below) takes vLLM's flags,
+writes vLLM-like startup lines, serves /health, /version, /metrics — a real page
+captured from the vLLM CPU build (tests/fixtures/metrics/cpu-0.32), its counters moved
+by the requests it answers — and /v1/completions. It spawns a worker process, like
+vLLM's engine core, so "no process left" means the whole group. The real vLLM runs in
+tests/test_lab_report.py's end-to-end test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+FIXTURE_PAGES = Path(__file__).resolve().parent / "fixtures" / "metrics" / "cpu-0.32"
+SERVER_COMMAND = f"{sys.executable} {Path(__file__).resolve()}"
+
+
+# --- the stand-in server ----------------------------------------------------------------
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+class _Counters:
+    """The stand-in's engine: counters a finished request moves, like vLLM's."""
+
+    def __init__(self, page: str, served: str, spec: bool) -> None:
+        self.template = page.replace('model_name="tiny"', f'model_name="{served}"')
+        self.spec = spec
+        self.lock = threading.Lock()
+        self.values: dict[str, float] = {}
+        self.running = 0
+
+    def add(self, **increments: float) -> None:
+        with self.lock:
+            for name, value in increments.items():
+                self.values[name] = self.values.get(name, 0.0) + value
+
+    def request(self, prompt_tokens: int, tokens: int, speculate: bool, step: float) -> None:
+        """Decode `tokens`; with speculation, four tokens per forward pass."""
+        per_pass = 4 if speculate else 1
+        passes = math.ceil((tokens - 1) / per_pass)
+        with self.lock:
+            self.running += 1
+        time.sleep(0.01 + passes * step)
+        with self.lock:
+            self.running -= 1
+        self.add(
+            **{
+                "vllm:prompt_tokens_total": prompt_tokens,
+                "vllm:generation_tokens_total": tokens,
+                "vllm:time_to_first_token_seconds_count": 1,
+                "vllm:time_to_first_token_seconds_sum": 0.01,
+                "vllm:inter_token_latency_seconds_count": passes,
+                "vllm:inter_token_latency_seconds_sum": passes * step,
+                "vllm:iteration_tokens_total_count": passes + 1,
+                "vllm:e2e_request_latency_seconds_count": 1,
+                "vllm:request_prefill_time_seconds_count": 1,
+                "vllm:request_prefill_time_seconds_sum": 0.01,
+            }
+        )
+        if speculate:
+            self.add(
+                **{
+                    "vllm:spec_decode_num_drafts_total": passes,
+                    "vllm:spec_decode_num_draft_tokens_total": 5 * passes,
+                    "vllm:spec_decode_num_accepted_tokens_total": tokens - 1 - passes,
+                }
+            )
+
+    def page(self) -> str:
+        with self.lock:
+            values = {**self.values, "vllm:num_requests_running": float(self.running)}
+
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            return f"{name}{m.group(2)} {values[name]}" if name in values else m.group(0)
+
+        return re.sub(r"^([a-zA-Z0-9_:]+)(\{[^}]*\}) (\S+)$", sub, self.template, flags=re.M)
+
+
+def fake_server(argv: list[str]) -> None:
+    """A stand-in for `python -m vllm.entrypoints.openai.api_server` (see the docstring)."""
+    model = _flag(argv, "--model") or "none"
+    served = _flag(argv, "--served-model-name") or model
+    port = int(_flag(argv, "--port") or "8000")
+    spec = _flag(argv, "--speculative-config") is not None
+    step = float(os.environ.get("FAKE_STEP_SECONDS", "0.002"))
+    pid = os.getpid()
+    print(f"(APIServer pid={pid}) INFO fake vLLM args: {json.dumps(argv)}", flush=True)
+    print(f"(APIServer pid={pid}) INFO ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.32.0", flush=True)
+    if model.endswith("crash"):
+        print("ValueError: this model cannot start", flush=True)
+        sys.exit(1)
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print(f"(Worker pid={worker.pid}) INFO Loading weights took 0.01 seconds", flush=True)
+    print(
+        f"(EngineCore pid={pid}) INFO CPU KV cache size: 16,384 tokens, "
+        "Maximum concurrency for 2,048 tokens per request: 8.00x",
+        flush=True,
+    )
+    page = (FIXTURE_PAGES / ("spec-idle.txt" if spec else "plain-idle.txt")).read_text()
+    engine = _Counters(page, served, spec)
+    scrape = os.environ.get("FAKE_SCRAPE_URL")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._send(200, b"", "text/plain")
+            elif self.path == "/metrics":
+                self._send(200, engine.page().encode(), "text/plain; version=0.0.4")
+            elif self.path == "/version":
+                self._send(200, b'{"version": "0.32.0"}', "application/json")
+            else:
+                self._send(404, b"", "text/plain")
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            print(f"completion started: {json.dumps(body)}", flush=True)
+            if scrape:  # what the lab serves while this phase runs
+                import urllib.request
+
+                lines = urllib.request.urlopen(scrape, timeout=5).read().decode()
+                for line in lines.splitlines():
+                    if line.startswith("glassbox_lab_phase_info"):
+                        print(f"lab says: {line}", flush=True)
+            if body["model"] != served:
+                self._send(404, b'{"error": "model not found"}', "application/json")
+                return
+            tokens = int(body["max_tokens"])
+            speculate = spec and body.get("repetition_penalty") == 1.0
+            engine.request(len(body["prompt"].split()), tokens, speculate, step)
+            answer = {
+                "choices": [{"text": " x" * tokens}],
+                "usage": {
+                    "prompt_tokens": len(body["prompt"].split()),
+                    "completion_tokens": tokens,
+                },
+            }
+            self._send(200, json.dumps(answer).encode(), "application/json")
+
+        def _send(self, code: int, data: bytes, kind: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    time.sleep(float(os.environ.get("FAKE_STARTUP_SECONDS", "0.1")))
+    server.serve_forever()
+    worker.terminate()
+
+
+if __name__ == "__main__":
+    fake_server(sys.argv[1:])
+    sys.exit(0)
+
+
+# --- the tests --------------------------------------------------------------------------
+
+from vllm_glassbox.lab.cli import main as lab_main  # noqa: E402
+from vllm_glassbox.lab.local import LocalBackend  # noqa: E402
+from vllm_glassbox.lab.plan import parse_plan  # noqa: E402
+from vllm_glassbox.lab.progress import Progress  # noqa: E402
+from vllm_glassbox.lab.runner import Lab, run_lab  # noqa: E402
+
+BASE_ARGS = ["--model", "base-model", "--served-model-name", "tiny", "--max-model-len", "2048"]
+
+
+def plan_data(**phases: Any) -> dict[str, Any]:
+    return {
+        "name": "fake",
+        "target": {"local": {"args": BASE_ARGS, "startup_timeout": "60s"}},
+        "phases": [
+            {
+                "kind": "quantization",
+                "name": "quant",
+                "max_tokens": 16,
+                "flags": {"--kv-cache-memory-bytes": 8388608},
+                "variants": [
+                    {"name": "big", "model": "model-big"},
+                    {"name": "small", "model": "model-small", "flags": {"--dtype": "float16"}},
+                ],
+            },
+            {
+                "kind": "kv-pressure",
+                "name": "flood",
+                "concurrency": 4,
+                "max_tokens": 64,
+                "poll": "100ms",
+                "flags": {"--gpu-memory-utilization": False},
+            },
+            {"kind": "spec-decode", "name": "spec", "max_tokens": 33},
+        ],
+        **phases,
+    }
+
+
+def write_plan(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def pids_in(log: str) -> list[int]:
+    return [int(p) for p in re.findall(r"pid=(\d+)\)", log)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose; /proc says which.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+class AnnotationSink:
+    """A loopback double of Grafana's one endpoint the lab uses: POST /api/annotations."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, str, dict[str, Any]]] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                sink.received.append((self.path, self.headers["Authorization"], data))
+                body = b'{"id": 1, "message": "Annotation added"}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def grafana() -> Iterator[AnnotationSink]:
+    sink = AnnotationSink()
+    yield sink
+    sink.server.shutdown()
+    sink.server.server_close()
+
+
+def test_each_phase_gets_its_own_server_with_its_flags_and_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grafana: AnnotationSink
+) -> None:
+    from vllm_glassbox.lab.server_process import free_port
+
+    listen = free_port()
+    monkeypatch.setenv("GLASSBOX_GRAFANA_URL", grafana.url)
+    monkeypatch.setenv("GLASSBOX_GRAFANA_TOKEN", "s3cret")
+    monkeypatch.setenv("FAKE_SCRAPE_URL", f"http://127.0.0.1:{listen}/metrics")
+    out = tmp_path / "out"
+    code = lab_main(
+        [
+            "run",
+            str(write_plan(tmp_path, plan_data())),
+            "--out",
+            str(out),
+            "--server-command",
+            SERVER_COMMAND,
+            "--metrics-listen",
+            f"127.0.0.1:{listen}",
+        ],
+        "lab",
+    )
+    assert code == 0
+    logs = sorted((out / "logs").glob("*.log"))
+    assert [p.name for p in logs] == [
+        "01-model-big.log",
+        "02-model-small.log",
+        "03-base-model.log",
+        "04-base-model.log",
+    ]
+    texts = [p.read_text() for p in logs]
+    argvs = [json.loads(re.search(r"fake vLLM args: (.*)", t).group(1)) for t in texts]  # type: ignore[union-attr]
+    assert argvs[0][:6] == [
+        "--model",
+        "model-big",
+        "--served-model-name",
+        "tiny",
+        "--max-model-len",
+        "2048",
+    ]
+    assert "--kv-cache-memory-bytes=8388608" in argvs[0] and "--dtype=float16" not in argvs[0]
+    assert argvs[1][1] == "model-small" and "--dtype=float16" in argvs[1]
+    assert not any(a.startswith("--kv-cache-memory-bytes") for a in argvs[2])  # per phase
+    assert not any("gpu-memory-utilization" in a for a in argvs[2])  # the default removed
+    assert any(a.startswith("--speculative-config=") for a in argvs[3])
+    # While a phase ran, the lab served which one it was.
+    assert (
+        'lab says: glassbox_lab_phase_info{kind="quantization",phase="quant",variant="big"} 1.0'
+        in texts[0]
+    )
+    assert 'glassbox_lab_phase_info{kind="kv-pressure",phase="flood",variant=""} 1.0' in texts[2]
+    # Every server and its worker are gone.
+    pids = [pid for t in texts for pid in pids_in(t)]
+    assert len(set(pids)) == 8
+    assert not [pid for pid in pids if alive(pid)]
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "ok"
+    quant, flood, spec = results["phases"]
+    assert [v["generated_tokens"] for v in quant["variants"]] == [16, 16]
+    assert quant["variants"][0]["kv_cache_tokens"] == 16384  # from the startup log
+    assert quant["variants"][0]["block_size"] == 128  # from cache_config_info
+    assert quant["variants"][0]["load_seconds"] == 0.01
+    assert flood["completed"] == 4 and flood["timeline"][-1]["generated_tokens"] == 256
+    assert [r["label"] for r in spec["runs"]] == ["repetition_penalty 1.0", "model defaults"]
+    assert spec["runs"][0]["forward_passes"] == 8 and spec["runs"][1]["forward_passes"] == 32
+    assert spec["runs"][0]["drafts"] == 8 and spec["runs"][1]["drafts"] == 0
+    # One annotation per server start, with the token, each a region.
+    assert len(grafana.received) == 4
+    path, auth, first = grafana.received[0]
+    assert (path, auth) == ("/api/annotations", "Bearer s3cret")
+    assert first["tags"] == ["glassbox-lab", "quantization", "quant", "big"]
+    assert first["time"] < first["timeEnd"]
+
+
+def test_sigint_during_a_phase_stops_the_server_and_its_worker(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "FAKE_STEP_SECONDS": "1.0"}  # a long request: we interrupt it
+    lab = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vllm_glassbox",
+            "lab",
+            "run",
+            str(write_plan(tmp_path, plan_data())),
+            "--out",
+            str(out),
+            "--server-command",
+            SERVER_COMMAND,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    log = out / "logs" / "01-model-big.log"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "completion started" not in (
+        log.read_text() if log.exists() else ""
+    ):
+        time.sleep(0.1)
+    assert "completion started" in log.read_text()
+    pids = set(pids_in(log.read_text()))
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+
+    lab.send_signal(signal.SIGINT)
+    _, err = lab.communicate(timeout=60)
+    assert lab.returncode == 130
+    assert "interrupted; the server was stopped" in err.decode()
+    assert not [p for p in pids if alive(p)]
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "interrupted"
+    assert results["phases"][0]["status"] == "interrupted"
+    assert (out / "report.md").exists()
+    assert len(list((out / "logs").glob("*.log"))) == 1  # nothing started after the interrupt
+
+
+def test_a_failing_phase_is_reported_and_the_next_still_runs(tmp_path: Path) -> None:
+    data = plan_data()
+    data["phases"][0]["variants"] = [{"name": "broken", "model": "model-crash"}]
+    out = tmp_path / "out"
+    code = lab_main(
+        [
+            "run",
+            str(write_plan(tmp_path, data)),
+            "--out",
+            str(out),
+            "--server-command",
+            SERVER_COMMAND,
+        ],
+        "lab",
+    )
+    assert code == 1
+    results = json.loads((out / "results.json").read_text())
+    quant, flood, spec = results["phases"]
+    assert quant["status"] == "failed" and quant["error"] == "every variant failed"
+    assert "exited with code 1" in quant["variants"][0]["error"]
+    assert "this model cannot start" in quant["variants"][0]["error"]  # the log's tail
+    assert (flood["status"], spec["status"]) == ("ok", "ok")
+    report = (out / "report.md").read_text()
+    assert "**quant** failed: every variant failed" in report
+    assert "failed: server exited with code 1" in report
+
+
+def test_a_crash_of_the_lab_still_stops_the_server(tmp_path: Path) -> None:
+    plan = parse_plan(plan_data())
+    assert plan.local is not None
+    backend = LocalBackend(plan.local, tmp_path / "logs", SERVER_COMMAND)
+
+    def publish(results: object) -> None:
+        raise OSError("disk full")
+
+    with Progress(tty=False) as progress, pytest.raises(OSError, match="disk full"):
+        run_lab(plan, Lab(backend, progress, publish=publish))
+    assert backend.server is None
+    logs = sorted((tmp_path / "logs").glob("*.log"))
+    assert len(logs) == 2  # the first phase's two variants ran; then the lab crashed
+    pids = {pid for log in logs for pid in pids_in(log.read_text())}
+    assert len(pids) == 4 and not [p for p in pids if alive(p)]
+
+
+def test_tiny_model_references_become_generated_directories(tmp_path: Path) -> None:
+    plan = parse_plan(
+        {
+            "target": {
+                "local": {
+                    "args": ["--model", "tiny:small", "--tokenizer=tiny:small"],
+                    "tiny_models": {"small": {"hidden_size": 128, "num_layers": 1}},
+                    "model_cache": str(tmp_path / "models"),
+                }
+            },
+            "phases": [{"kind": "kv-pressure"}],
+        }
+    )
+    assert plan.local is not None
+    backend = LocalBackend(plan.local, tmp_path / "logs")
+    args = backend.resolve(list(plan.local.args))
+    model = tmp_path / "models" / "small"
+    assert args == ["--model", str(model), f"--tokenizer={model}"]
+    config = json.loads((model / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"]) == (128, 1)
+    assert (model / "model.safetensors").stat().st_size > 128 * 1024 * 2

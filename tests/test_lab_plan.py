@@ -1,0 +1,301 @@
+"""Plans: the shipped ones are valid and say what SPEC §1 says; a bad plan is refused
+whole, with every problem named by its path, before anything starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from vllm_glassbox.lab.backend import REMOVE
+from vllm_glassbox.lab.cli import choose_backend
+from vllm_glassbox.lab.cli import main as lab_main
+from vllm_glassbox.lab.plan import (
+    KvPressurePhase,
+    PlanError,
+    QuantizationPhase,
+    SpecDecodePhase,
+    flag_value,
+    load_plan,
+    packaged_plan,
+    parse_plan,
+)
+
+LOCAL = {"local": {"args": ["--model", "m", "--max-model-len", "2048"]}}
+
+
+def problems_of(data: object) -> list[str]:
+    with pytest.raises(PlanError) as e:
+        parse_plan(data)
+    return e.value.problems
+
+
+def test_seed_plan_is_the_articles_run() -> None:
+    plan = load_plan(packaged_plan("seed-l40s"))  # type: ignore[arg-type]
+    quant, kv, spec = plan.phases
+    assert isinstance(quant, QuantizationPhase)
+    assert [v.model for v in quant.variants] == [
+        "Qwen/Qwen2.5-7B-Instruct",
+        "Qwen/Qwen2.5-7B-Instruct-AWQ",
+        "Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4",
+        "RedHatAI/Qwen2.5-7B-Instruct-FP8-dynamic",
+    ]
+    assert [v.fit for v in quant.variants] == [True, True, False, False]
+    assert quant.flags == {"--gpu-memory-utilization": "0.90"}
+    assert (quant.request.prompt, quant.request.max_tokens, quant.request.temperature) == (
+        "Kubernetes is",
+        128,
+        0.0,
+    )
+    assert isinstance(kv, KvPressurePhase)
+    assert kv.model == "Qwen/Qwen2.5-7B-Instruct-AWQ"
+    assert kv.flags == {"--gpu-memory-utilization": "0.20"}
+    assert kv.concurrency == 32 and kv.poll_seconds == 5.0
+    assert kv.request.body("q", i=7) == {
+        "model": "q",
+        "prompt": "Write an extremely long and detailed essay, number 7.",
+        "max_tokens": 4096,
+        "temperature": 0.7,
+    }
+    assert isinstance(spec, SpecDecodePhase)
+    assert json.loads(str(spec.flags["--speculative-config"])) == {
+        "method": "ngram",
+        "num_speculative_tokens": 5,
+        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 1,
+    }
+    assert spec.request.prompt == " ".join(["1 2 3 4 5"] * 10)
+    assert len(spec.request.prompt) == 99
+    assert (spec.request.max_tokens, spec.request.temperature) == (256, 0.0)
+    assert [(r.extra, r.baseline) for r in spec.runs] == [
+        ({"repetition_penalty": 1.0}, False),
+        ({}, True),
+    ]
+    assert plan.kubernetes is not None and plan.local is None
+
+
+def test_cpu_demo_plan_is_valid_and_names_only_its_own_tiny_models() -> None:
+    plan = load_plan(packaged_plan("cpu-demo.yaml"))  # type: ignore[arg-type]
+    assert plan.local is not None
+    quant = plan.phases[0]
+    assert isinstance(quant, QuantizationPhase)
+    bf16 = [plan.local.tiny_models[v.model.removeprefix("tiny:")] for v in quant.variants]
+    assert sum(s.precision == "awq" for s in bf16) == 1
+    sizes = sorted(s.parameter_count() for s in bf16 if s.precision == "bf16")
+    assert len(sizes) == 3 and sizes[-1] / sizes[0] >= 8  # about 10× in bytes
+    assert {p.kind for p in plan.phases} == {"quantization", "kv-pressure", "spec-decode"}
+
+
+def test_defaults_are_the_articles_parameters() -> None:
+    plan = parse_plan(
+        {
+            "target": LOCAL,
+            "phases": [
+                {"kind": "quantization", "variants": [{"name": "a", "model": "m"}]},
+                {"kind": "kv-pressure"},
+                {"kind": "spec-decode"},
+            ],
+        }
+    )
+    quant, kv, spec = plan.phases
+    assert isinstance(quant, QuantizationPhase)
+    assert quant.request.prompt == "Kubernetes is" and quant.request.max_tokens == 128
+    assert quant.variants[0].fit  # no point chosen: the line goes through all
+    assert isinstance(kv, KvPressurePhase)
+    assert kv.request.max_tokens == 4096 and kv.request.temperature == 0.7
+    assert kv.flags == {"--gpu-memory-utilization": "0.20"}
+    assert kv.poll_seconds == 5.0 and kv.concurrency == 32
+    assert isinstance(spec, SpecDecodePhase)
+    assert spec.baseline.label == "model defaults"
+    assert spec.runs[0].extra == {"repetition_penalty": 1.0}
+    assert [p.name for p in plan.phases] == ["quantization", "kv-pressure", "spec-decode"]
+
+
+def test_every_parameter_is_overridable() -> None:
+    plan = parse_plan(
+        {
+            "target": LOCAL,
+            "phases": [
+                {
+                    "kind": "kv-pressure",
+                    "name": "flood",
+                    "prompt": "essay {i}",
+                    "max_tokens": 1900,
+                    "temperature": 0,
+                    "concurrency": 12,
+                    "poll": "500ms",
+                    "timeout": "2m",
+                    "saturation": 0.9,
+                    "extra": {"ignore_eos": True},
+                    "flags": {"--gpu-memory-utilization": False, "--enforce-eager": None},
+                }
+            ],
+        }
+    )
+    (kv,) = plan.phases
+    assert isinstance(kv, KvPressurePhase)
+    assert kv.name == "flood"
+    assert kv.flags == {"--gpu-memory-utilization": REMOVE, "--enforce-eager": None}
+    assert (kv.poll_seconds, kv.timeout_seconds, kv.saturation) == (0.5, 120.0, 0.9)
+    assert kv.request.body("t", i=3) == {
+        "model": "t",
+        "prompt": "essay 3",
+        "max_tokens": 1900,
+        "temperature": 0.0,
+        "ignore_eos": True,
+    }
+
+
+def test_flag_values_from_yaml() -> None:
+    assert flag_value(2048) == "2048"
+    assert flag_value("0.90") == "0.90"
+    assert flag_value(None) is None and flag_value(True) is None
+    assert flag_value(False) is REMOVE
+    assert flag_value({"method": "ngram", "k": [1, 2]}) == '{"method":"ngram","k":[1,2]}'
+
+
+def test_a_bad_plan_lists_every_problem_with_its_path() -> None:
+    problems = problems_of(
+        {
+            "target": {"local": {"args": ["--model", "tiny:nope"], "gpu": "L40S"}},
+            "phases": [
+                {"kind": "quantization", "variants": [{"name": "a"}], "colour": "red"},
+                {
+                    "kind": "quantization",
+                    "name": "q2",
+                    "variants": [
+                        {"name": "x", "model": "m", "flags": {"gpu-memory-utilization": 1}},
+                        {"name": "x", "model": "m", "flags": {"--model": "other"}},
+                    ],
+                },
+                {"kind": "kv-pressure", "poll": "5 parsecs", "concurrency": 0},
+                {"kind": "warp-drive"},
+                {"kind": "spec-decode", "runs": [{"label": "alone"}], "temperature": "hot"},
+            ],
+        }
+    )
+    assert problems == [
+        "target.local.args: [1] names 'tiny:nope', which target.local.tiny_models lacks",
+        "target.local.gpu: unknown key (known here: args, model_cache, startup_timeout, "
+        "tiny_models)",
+        "phases[0].variants[0].model: required",
+        "phases[0].colour: unknown key (known here: extra, flags, kind, max_tokens, name, "
+        "prompt, requests, temperature, variants, warmup)",
+        "phases[1].variants[0].flags.gpu-memory-utilization: malformed flag name "
+        "'gpu-memory-utilization' (use --lowercase-with-dashes)",
+        "phases[1].variants[1].flags.--model: set the model with the `model` key",
+        "phases[1].variants: duplicate names ['x']",
+        "phases[2].concurrency: must be a positive whole number, not 0",
+        "phases[2].poll: not a duration: '5 parsecs' (use e.g. 500ms, 5s, 1m or 2.5)",
+        "phases[3].kind: unknown kind 'warp-drive' (known: quantization, kv-pressure, spec-decode)",
+        "phases[4].temperature: must be a number ≥ 0, not 'hot'",
+        "phases[4].runs: needs at least two runs to compare",
+    ]
+
+
+def test_missing_target_and_phases_are_named() -> None:
+    assert problems_of({}) == ["target: required", "phases: required"]
+    assert problems_of({"target": {}, "phases": []}) == [
+        "target: needs a local or a kubernetes section",
+        "phases: needs at least one phase",
+    ]
+    assert problems_of(["not", "a", "mapping"]) == [
+        "plan: must be a mapping, not a list",
+        "target: required",
+        "phases: required",
+    ]
+
+
+def test_kubernetes_target_needs_its_names_and_an_http_url() -> None:
+    problems = problems_of(
+        {
+            "target": {"kubernetes": {"namespace": "vllm", "url": "vllm:8000"}},
+            "phases": [{"kind": "kv-pressure"}],
+        }
+    )
+    assert problems == [
+        "target.kubernetes.deployment: required",
+        "target.kubernetes.container: required",
+        "target.kubernetes.url: must be an http(s) URL, not 'vllm:8000'",
+    ]
+
+
+def test_tiny_models_are_checked_and_referenced_by_name() -> None:
+    problems = problems_of(
+        {
+            "target": {
+                "local": {
+                    "args": [],
+                    "tiny_models": {
+                        "odd": {"hidden_size": 100, "num_heads": 3},
+                        "q": {"precision": "awq", "hidden_size": 200},
+                        "big": {"precison": "bf16"},
+                    },
+                }
+            },
+            "phases": [{"kind": "spec-decode", "model": "tiny:missing"}],
+        }
+    )
+    assert problems == [
+        "target.local.tiny_models.odd.num_heads: must divide hidden_size 100",
+        "target.local.tiny_models.q: AWQ needs hidden_size and intermediate_size divisible by 128",
+        "target.local.tiny_models.big.precison: unknown key (known here: hidden_size, "
+        "intermediate_size, max_position_embeddings, num_heads, num_kv_heads, num_layers, "
+        "precision)",
+        "phases[0].model: 'tiny:missing' is not in target.local.tiny_models",
+    ]
+
+
+def test_a_plan_file_that_is_not_yaml_is_refused_with_its_path(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("phases: [\n")
+    with pytest.raises(PlanError) as e:
+        load_plan(path)
+    assert e.value.source == str(path)
+    assert e.value.problems[0].startswith("not valid YAML")
+    with pytest.raises(PlanError, match="cannot read"):
+        load_plan(tmp_path / "absent.yaml")
+
+
+def test_backend_choice_follows_the_targets() -> None:
+    both = parse_plan(
+        {
+            "target": {
+                **LOCAL,
+                "kubernetes": {
+                    "namespace": "n",
+                    "deployment": "d",
+                    "container": "c",
+                    "url": "http://v:8000",
+                },
+            },
+            "phases": [{"kind": "kv-pressure"}],
+        }
+    )
+    with pytest.raises(PlanError, match="choose one with --backend"):
+        choose_backend(both, None)
+    assert choose_backend(both, "local") == "local"
+    only_local = parse_plan({"target": LOCAL, "phases": [{"kind": "kv-pressure"}]})
+    assert choose_backend(only_local, None) == "local"
+    with pytest.raises(PlanError, match=r"target\.kubernetes: required"):
+        choose_backend(only_local, "kubernetes")
+
+
+def test_lab_run_refuses_a_bad_plan_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({"target": LOCAL, "phases": [{"kind": "quantization"}]}))
+    out = tmp_path / "out"
+    code = lab_main(["run", str(path), "--out", str(out), "--server-command", "false"], "lab")
+    assert code == 2
+    assert "phases[0].variants: required" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_lab_check_prints_the_phases(capsys: pytest.CaptureFixture[str]) -> None:
+    assert lab_main(["check", "seed-l40s"], "lab") == 0
+    out = capsys.readouterr().out
+    assert "seed-l40s: valid; targets: kubernetes" in out
+    assert "kv-pressure (kv-pressure)" in out
