@@ -1,7 +1,8 @@
 """A loopback double of the Kubernetes API subset the lab's backend uses, and a fake vLLM.
 
-No Kubernetes API server can run on this machine: there is no cluster, and none of
-kube-apiserver, etcd or kind can be installed from the registries reachable here. So the
+No Kubernetes API server can run on this machine: there is no cluster, and no package
+on the registries reachable here ships kube-apiserver (Debian has kubectl and etcd, not
+the API server; kind and k3s fetch their binaries at run time). So the
 backend's tests drive the real `kubernetes` client (`Configuration(host=...)`) against
 this real HTTP server on 127.0.0.1, which implements exactly what lab/kubernetes.py
 calls and nothing else (anything else is a 404, another patch type a 415):

@@ -3,7 +3,9 @@ API double and fake vLLM of tests/k8s_double.py (no API server can run here)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 from kubernetes import client as k8s
@@ -434,6 +437,57 @@ def test_a_second_signal_does_not_interrupt_the_restore(cluster: FakeCluster) ->
     assert "SIGINT received while restoring the original state" in stderr
     assert process.returncode == 128 + signal.SIGTERM
     assert cluster.current_args == ORIGINAL and cluster.rolled_out()
+
+
+# -- the documented RBAC and manifests ---------------------------------------------------
+
+DOC = REPO / "docs" / "lab-kubernetes.md"
+
+
+def _doc_manifests() -> list[dict[str, Any]]:
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), flags=re.S)
+    docs = [d for block in blocks for d in yaml.safe_load_all(block)]
+    return [d for d in docs if isinstance(d, dict) and "kind" in d]
+
+
+def _as_rbac(request: Recorded) -> tuple[str, str, str, str | None]:
+    """(API group, resource, verb, name) of a request, as RBAC sees it."""
+    parts = request.path.strip("/").split("/")
+    group, rest = (parts[1], parts[3:]) if parts[0] == "apis" else ("", parts[2:])
+    resource, name = rest[2], (rest[3] if len(rest) > 3 else None)
+    if len(rest) > 4:
+        resource += "/" + rest[4]
+    verb = "patch" if request.method == "PATCH" else ("get" if name else "list")
+    return group, resource, verb, name
+
+
+def test_the_documented_manifests_are_valid_kubernetes_objects() -> None:
+    manifests = _doc_manifests()
+    assert sorted(m["kind"] for m in manifests) == ["Job", "Role", "RoleBinding", "ServiceAccount"]
+    for manifest in manifests:
+        kubernetes_validate.validate(manifest, "1.30.0", strict=True)
+
+
+def test_the_documented_role_allows_what_the_backend_does_and_no_more(
+    cluster: FakeCluster,
+) -> None:
+    [role] = [m for m in _doc_manifests() if m["kind"] == "Role"]
+    rules = role["rules"]
+    assert "*" not in json.dumps(rules) and "secrets" not in json.dumps(rules)
+    with restoring(backend_for(cluster)) as backend:
+        backend.deploy(SMALL_POOL)
+
+    used = {_as_rbac(r) for r in cluster.requests}
+    assert {u[:3] for u in used} == {
+        ("apps", "deployments", "get"), ("apps", "deployments", "patch"),
+        ("", "pods", "list"), ("", "pods/log", "get"),
+    }  # fmt: skip
+    for group, resource, verb, name in used:
+        assert any(
+            group in rule["apiGroups"] and resource in rule["resources"]
+            and verb in rule["verbs"] and name in rule.get("resourceNames", [name])
+            for rule in rules
+        ), (group, resource, verb, name)  # fmt: skip
 
 
 # -- pure parts --------------------------------------------------------------------------
