@@ -30,7 +30,9 @@ from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.derive import Increase, increase_between
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
+from vllm_glassbox.exporter.textformat import parse_samples
 
+from tests.fixtures import page as fixture_page
 from tests.vllm_metric_names import IN_EVERY_SUPPORTED_VERSION
 
 pytestmark = pytest.mark.prometheus
@@ -295,6 +297,10 @@ def test_rules_name_no_other_series() -> None:
 
 
 # --- the recording rules agree with the derivation core ---------------------------------
+# For pairs of vLLM pages (a synthetic fleet, pages captured from vLLM 0.32, pages in
+# v0.11.0's formats): the core reads both pages and derives every value from the counter
+# increases; promtool evaluates every ratio rule on the same counters, fed as series that
+# grow from one page to the other over the rules' 5-minute window; they must agree.
 
 RATIO_RULES: dict[str, Callable[[Increase], float | None]] = {
     "job_model_name:vllm_time_per_output_token_seconds:rate5m": derive.time_per_output_token,
@@ -399,8 +405,8 @@ def _split(series: str) -> tuple[str, str]:
     return name, rest.rstrip("}")
 
 
-def vllm_page(job: str, at_end: bool, extra: str = "") -> str:
-    """The /metrics page the vLLM of `job` shows at the window's start or end."""
+def fleet_page(job: str, at_end: bool) -> str:
+    """The /metrics page the vLLM of `job` in FLEET shows at the window's start or end."""
     lines = []
     for (page_job, model, engine), increases in FLEET.items():
         if page_job != job:
@@ -412,15 +418,48 @@ def vllm_page(job: str, at_end: bool, extra: str = "") -> str:
                 filter(None, [f'engine="{engine}"', f'model_name="{model}"', labels])
             )
             lines.append(f"{name}{{{all_labels}}} {value!r}")
-    return "\n".join(lines) + "\n" + extra
+    return "\n".join(lines) + "\n"
 
 
-def core_engine_increases() -> dict[tuple[str, EngineKey], Increase]:
+# job -> (vLLM's page when the 5-minute window starts, its page when it ends)
+Scenario = dict[str, tuple[str, str]]
+
+SCENARIOS: dict[str, Scenario] = {
+    "fleet": {
+        job: (fleet_page(job, at_end=False), fleet_page(job, at_end=True))
+        for job in sorted({job for job, _, _ in FLEET})
+    },
+    # Captured from the vLLM 0.32 CPU build (tests/fixtures/README.md).
+    "0.32 two speculative requests": {
+        "vllm": (
+            fixture_page("cpu-0.32/spec-idle.txt"),
+            fixture_page("cpu-0.32/spec-after-2x256.txt"),
+        )
+    },
+    "0.32 flood that preempts": {
+        "vllm": (
+            fixture_page("cpu-0.32/spec-after-2x256.txt"),
+            fixture_page("cpu-0.32/flood-after.txt"),
+        )
+    },
+    # Synthesized in vLLM v0.11.0's formats.
+    "0.11 speculation, then bypassed by a penalty": {
+        "vllm": (
+            fixture_page("v0.11.0-single/idle.txt"),
+            fixture_page("v0.11.0-single/after-penalty.txt"),
+        )
+    },
+    "0.11 two data-parallel engines": {
+        "vllm": (fixture_page("v0.11.0-dp2/before.txt"), fixture_page("v0.11.0-dp2/after.txt"))
+    },
+}
+
+
+def core_engine_increases(scenario: Scenario) -> dict[tuple[str, EngineKey], Increase]:
     """What the derivation core makes of the pages: increases per job and engine."""
     out: dict[tuple[str, EngineKey], Increase] = {}
-    for job in sorted({job for job, _, _ in FLEET}):
-        before = read_snapshot(vllm_page(job, at_end=False))
-        after = read_snapshot(vllm_page(job, at_end=True))
+    for job, (start, end) in scenario.items():
+        before, after = read_snapshot(start), read_snapshot(end)
         for key, sample in after.engines.items():
             out[(job, key)] = increase_between(
                 before.engines[key].counters, sample.counters, RATE_WINDOW_SECONDS
@@ -428,37 +467,33 @@ def core_engine_increases() -> dict[tuple[str, EngineKey], Increase]:
     return out
 
 
-def core_increases() -> dict[tuple[str, str], Increase]:
+def core_increases(scenario: Scenario) -> dict[tuple[str, str], Increase]:
     """Per (job, model_name): the engines' increases summed, as the core aggregates."""
     by_model: dict[tuple[str, str], list[Increase]] = {}
-    for (job, key), increase in core_engine_increases().items():
+    for (job, key), increase in core_engine_increases(scenario).items():
         by_model.setdefault((job, key.model_name), []).append(increase)
     return {k: functools.reduce(operator.add, v) for k, v in by_model.items()}
 
 
-def promtool_series() -> list[dict[str, str]]:
-    """The same counters as promtool input: one sample a minute, growing evenly over 5m."""
+def promtool_series(scenario: Scenario) -> list[dict[str, str]]:
+    """What the ratio rules read from the same pages, as promtool input: one sample a
+    minute, growing evenly from the start page's value to the end page's over 5 minutes
+    (a series the start page lacks starts from 0, as vLLM creates some lazily)."""
+    wanted = set().union(*(selector_names(_expr_of(r)) for r in [*RATIO_RULES, POSITION_RULE]))
     steps = int(RATE_WINDOW_SECONDS // 60)
     out = []
-    for (job, model, engine), increases in FLEET.items():
-        for series, increase in increases.items():
-            name, labels = _split(series)
-            all_labels = ",".join(
-                filter(
-                    None,
-                    [
-                        f'job="{job}"',
-                        'instance="pod:8000"',
-                        f'model_name="{model}"',
-                        f'engine="{engine}"',
-                        labels,
-                    ],
+    for job, (start, end) in scenario.items():
+        before = parse_samples(start, wanted)
+        for name, series in sorted(parse_samples(end, wanted).items()):
+            for labels, value in sorted(series.items()):
+                first = before.get(name, {}).get(labels, 0.0)
+                text = ",".join(
+                    [f'job="{job}"', 'instance="pod:8000"', *(f'{k}="{v}"' for k, v in labels)]
                 )
-            )
-            values = " ".join(
-                repr(_before(increase) + increase * i / steps) for i in range(steps + 1)
-            )
-            out.append({"series": f"{name}{{{all_labels}}}", "values": values})
+                values = " ".join(
+                    repr(first + (value - first) * i / steps) for i in range(steps + 1)
+                )
+                out.append({"series": f"{name}{{{text}}}", "values": values})
     return out
 
 
@@ -503,14 +538,14 @@ def comparison_cases(
     return cases
 
 
-def test_the_comparison_covers_present_absent_pooled_and_positional_values() -> None:
-    increases = core_increases()
+def test_the_fleet_covers_present_absent_pooled_and_positional_values() -> None:
+    increases = core_increases(SCENARIOS["fleet"])
     assert set(increases) == {(j, m) for j, m, _ in FLEET}
     values = [compute(d) for d in increases.values() for compute in RATIO_RULES.values()]
     assert any(v is None for v in values) and any(v not in (None, 0.0) for v in values)
     # Pooling the two qwen engines of vllm-a differs from averaging their ratios, so a rule
     # that averaged would fail the comparison.
-    engines = core_engine_increases()
+    engines = core_engine_increases(SCENARIOS["fleet"])
     per_engine = [
         derive.tokens_per_forward_pass(engines[("vllm-a", EngineKey("qwen", e))]) or 0.0
         for e in ("0", "1")
@@ -520,30 +555,27 @@ def test_the_comparison_covers_present_absent_pooled_and_positional_values() -> 
     assert derive.spec_position_acceptance(pooled)
 
 
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_recording_rules_equal_the_derivation_core_on_the_same_counter_increases(
-    tmp_path: Path,
+    scenario: str, tmp_path: Path
 ) -> None:
-    increases = core_increases()
+    increases = core_increases(SCENARIOS[scenario])
+    series = promtool_series(SCENARIOS[scenario])
 
     def run(diagnose: bool) -> subprocess.CompletedProcess[str]:
         test_file = tmp_path / ("diagnose.yaml" if diagnose else "compare.yaml")
-        test_file.write_text(
-            yaml.safe_dump(
-                {
-                    "rule_files": [str(RULES_FILE)],
-                    "evaluation_interval": "1m",
-                    "tests": [
-                        {
-                            "name": "recording rules equal derive.py on the same increases",
-                            "interval": "1m",
-                            "input_series": promtool_series(),
-                            "promql_expr_test": comparison_cases(increases, diagnose),
-                        }
-                    ],
-                },
-                sort_keys=False,
-            )
-        )
+        group = {
+            "name": f"recording rules equal derive.py: {scenario}",
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": comparison_cases(increases, diagnose),
+        }
+        document = {
+            "rule_files": [str(RULES_FILE)],
+            "evaluation_interval": "1m",
+            "tests": [group],
+        }
+        test_file.write_text(yaml.safe_dump(document, sort_keys=False))
         return promtool("test", "rules", str(test_file))
 
     result = run(diagnose=False)
@@ -559,15 +591,7 @@ def test_recording_rules_equal_the_derivation_core_on_the_same_counter_increases
         )
 
 
-# --- the exporter's output over a served page -------------------------------------------
-
-_CACHE_AND_GAUGES = "".join(
-    f'vllm:cache_config_info{{block_size="16",engine="{e}",num_gpu_blocks="4096"}} 1.0\n'
-    f'vllm:kv_cache_usage_perc{{engine="{e}",model_name="qwen"}} 0.5\n'
-    f'vllm:num_requests_waiting{{engine="{e}",model_name="qwen"}} 2.0\n'
-    f'vllm:num_requests_running{{engine="{e}",model_name="qwen"}} 4.0\n'
-    for e in ("0", "1")
-)
+# --- the exporter's output over captured pages ------------------------------------------
 
 
 @contextmanager
@@ -604,9 +628,10 @@ def serve_pages(pages: list[str]) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def exporter_series_names() -> frozenset[str]:
-    """Every sample name the exporter publishes after two polls of a speculating,
-    preempting two-engine vLLM, with weights and peak bandwidth known."""
-    pages = [vllm_page("vllm-a", at_end, _CACHE_AND_GAUGES) for at_end in (False, True)]
+    """Every sample name the exporter publishes after polling two pages captured from the
+    real vLLM (speculating, mid-flood: requests waiting, preemptions), with weights and
+    peak bandwidth known."""
+    pages = [fixture_page("cpu-0.32/spec-after-2x256.txt"), fixture_page("cpu-0.32/flood-mid.txt")]
     with serve_pages(pages) as url:
         clock = functools.partial(next, itertools.count(0.0, 15.0))  # polls 30 s apart
         poller = Poller(
@@ -624,6 +649,5 @@ def exporter_series_names() -> frozenset[str]:
             assert poller.poll_once() and poller.poll_once()
         finally:
             poller.fetcher.close()
-    increases = poller.history.increases()
-    assert increases[EngineKey("qwen", "0")].seconds == 30.0
+    assert [d.seconds for d in poller.history.increases().values()] == [30.0]
     return frozenset(s.name for family in poller.published for s in family.samples)
