@@ -33,7 +33,7 @@ from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.exporter.textformat import parse_samples
 
 from tests.fixtures import page as fixture_page
-from tests.vllm_metric_names import IN_EVERY_SUPPORTED_VERSION
+from tests.vllm_metric_names import IN_EVERY_SUPPORTED_VERSION, sample_names_shown_in
 
 pytestmark = pytest.mark.prometheus
 
@@ -267,6 +267,18 @@ def test_template_queries_are_found_and_parse() -> None:
 def _expr_of(name: str) -> str:
     rule = RECORD_RULES.get(name) or ALERT_RULES[name]
     return str(rule["expr"])
+
+
+def test_vllm_name_list_knows_the_renames_the_rules_depend_on() -> None:
+    assert "vllm:inter_token_latency_seconds_sum" in IN_EVERY_SUPPORTED_VERSION
+    assert "vllm:kv_cache_usage_perc" in IN_EVERY_SUPPORTED_VERSION
+    for gone, last_shown, first_gone in [
+        ("vllm:time_per_output_token_seconds_sum", (0, 11, 2), (0, 12, 0)),  # hidden, then removed
+        ("vllm:gpu_cache_usage_perc", (0, 10, 2), (0, 11, 0)),  # hidden in 0.11, gone in 0.12
+    ]:
+        assert gone not in IN_EVERY_SUPPORTED_VERSION
+        assert gone in sample_names_shown_in(last_shown)
+        assert gone not in sample_names_shown_in(first_gone)
 
 
 def test_vllm_series_named_by_the_rules_are_shown_by_every_supported_vllm() -> None:

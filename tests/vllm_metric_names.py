@@ -139,8 +139,22 @@ IN_EVERY_SUPPORTED_VERSION: frozenset[str] = frozenset(
 #: Sample names shown by at least one supported release.
 IN_SOME_SUPPORTED_VERSION: frozenset[str] = frozenset(BY_SAMPLE_NAME)
 
+
+def sample_names_shown_in(v: Version) -> frozenset[str]:
+    return frozenset(s for m in METRICS if m.shown_in(v) for s in m.sample_names)
+
+
 #: Non-`vllm:` series of a vLLM target. `process_*` are absent in multiprocess mode
 #: (`--api-server-count > 1`, the default under data parallelism from 0.15).
 PROCESS_SAMPLE_NAMES: frozenset[str] = frozenset(
     {"process_start_time_seconds", "process_cpu_seconds_total", "process_resident_memory_bytes"}
+)
+
+#: The API server's HTTP metrics (prometheus_fastapi_instrumentator, every version; they
+#: exclude /metrics, /health and other housekeeping handlers).
+HTTP_SAMPLE_NAMES: frozenset[str] = frozenset(
+    {
+        "http_requests_total",
+        *(f"http_request_duration_seconds{s}" for s in ("_bucket", "_sum", "_count")),
+    }
 )
