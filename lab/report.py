@@ -280,7 +280,7 @@ def _quantization(phase: PhaseResult, q: QuantizationResult) -> list[str]:
             "KV tokens ×",
             "TPOT ×",
             "startup s",
-            "",
+            "note",
         ],
         rows,
     )
@@ -505,7 +505,7 @@ def plot_quantization(q: QuantizationResult, title: str) -> bytes:
         label=f"fit: R² {_n(fit.r_squared, 4)}",
     )
     fitted = set(fit.fitted)
-    for p in fit.predictions:
+    for i, p in enumerate(fit.predictions):
         filled = p.name in fitted
         ax.scatter(
             [p.weights_gib],
@@ -526,7 +526,7 @@ def plot_quantization(q: QuantizationResult, title: str) -> bytes:
             f"{p.name} ({p.error_ratio:+.1%})",
             (p.weights_gib, p.tpot_seconds * 1000),
             textcoords="offset points",
-            xytext=(6, -12),
+            xytext=(6, -14 if i % 2 == 0 else 8),  # alternate: close points stay legible
             fontsize=8,
         )
     ax.scatter([], [], color="tab:blue", label="measured (fitted)")
