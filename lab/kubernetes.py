@@ -151,6 +151,16 @@ def _pod_summary(pod: Any) -> str:
     return f"{pod.metadata.name} ({', '.join([status.phase or 'Unknown', *states])})"
 
 
+def _set_in_command(command: list[str], name: str) -> bool:
+    """Whether vLLM's flag `name` is given in a container's `command`."""
+    if not command:
+        return False
+    # A command starts with a program, never with a model: read what follows it (or
+    # follows `serve`) the way `vllm serve` reads its arguments.
+    program = command.index("serve") + 1 if "serve" in command else 1
+    return flag_value(["serve", *command[program:]], name) is not None
+
+
 def served_model_name(args: Sequence[str]) -> str:
     """What requests put in "model": the first --served-model-name, else the model."""
     names = flag_value(args, "--served-model-name")
@@ -243,7 +253,7 @@ class KubernetesBackend:
         if self._original is None:
             self._original = current
         for name in overrides:
-            if flag_value(list(container.command or []), name) is not None:
+            if _set_in_command(list(container.command or []), name):
                 raise KubernetesError(
                     f"{self._where}: {name} is set in container {container.name!r}'s command, "
                     "which the lab does not change; move vLLM's flags to its args"

@@ -320,6 +320,23 @@ def test_a_flag_in_the_command_is_refused() -> None:
         assert cluster.patches == []
 
 
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        (["/entrypoint.sh"], ["/models/tiny", "--port", "8000"]),
+        (["python3", "-m", "vllm.entrypoints.openai.api_server"], ["--model", "/models/tiny"]),
+        (["vllm", "serve"], ["/models/tiny", "--port", "8000"]),
+    ],
+)
+def test_a_program_in_the_command_is_not_mistaken_for_the_model(
+    command: list[str], args: list[str]
+) -> None:
+    with FakeCluster(args, command=command) as cluster:
+        deployed = backend_for(cluster).deploy({"--model": "/models/other"})
+        assert "/models/other" in cluster.current_args
+        assert deployed.served_model_name == "/models/other"
+
+
 def test_a_deployment_scaled_to_zero_is_refused() -> None:
     with (
         FakeCluster(list(ORIGINAL), replicas=0) as cluster,
