@@ -158,6 +158,7 @@ class Q:
     expr: str
     legend: str = ""
     instant: bool = False
+    dashed: bool = False  # fleet lines, so they stay apart from the per-engine ones
 
 
 def _targets(queries: Sequence[Q], table: bool = False) -> list[Target]:
@@ -195,11 +196,12 @@ def timeseries(
 
     `band` draws a filled step (for 0/1 series such as a running phase).
     """
+    targets = _targets(queries)
     return TimeSeries(
         title=title,
         description=description,
         dataSource=DATASOURCE,
-        targets=_targets(queries),
+        targets=targets,
         unit=unit,
         valueMin=0 if min_zero else None,
         legendDisplayMode="list",
@@ -211,9 +213,19 @@ def timeseries(
         showPoints="never",
         spanNulls=False,
         mappings=list(mappings),
+        overrides=[
+            _DASHED | {"matcher": {"id": "byFrameRefID", "options": t.refId}}
+            for t, query in zip(targets, queries, strict=True)
+            if query.dashed
+        ],
         thresholds=_steps(thresholds),
         thresholdsStyleMode="dashed" if thresholds else "off",
     )
+
+
+_DASHED: dict[str, object] = {
+    "properties": [{"id": "custom.lineStyle", "value": {"dash": [10, 10], "fill": "dash"}}]
+}
 
 
 def stat(

@@ -35,6 +35,15 @@ _KV_THRESHOLDS = [("green", None), ("orange", KV_NEARLY_FULL)]
 _ANY_PREEMPTION = [("green", None), ("orange", 1e-9)]
 
 
+# Prometheus' rate() divides by the whole 5 m window; a series younger than that reads low.
+_YOUNG = " The 5-minute fleet rate reads low while vLLM has run for less than 5 minutes."
+
+
+def fleet_q(expr: str, legend: str = FLEET_LEGEND) -> Q:
+    """A query of a fleet recording rule: drawn dashed beside the per-engine lines."""
+    return Q(expr, legend, dashed=True)
+
+
 def _pair(name: str, record: str) -> str:
     return f"{per_engine(name)}\n\n{fleet(record)}"
 
@@ -66,7 +75,7 @@ def tpot() -> Panel:
             "glassbox_time_per_output_token_seconds",
             "job_model_name:vllm_time_per_output_token_seconds:rate5m",
         ),
-        [Q(q.TPOT, ENGINE_LEGEND), Q(q.TPOT_FLEET, FLEET_LEGEND)],
+        [Q(q.TPOT, ENGINE_LEGEND), fleet_q(q.TPOT_FLEET, FLEET_LEGEND)],
         SECONDS,
     )
 
@@ -85,7 +94,7 @@ def decode_step() -> Panel:
         "--gpu-memory-bandwidth).",
         [
             Q(q.ITL, ENGINE_LEGEND),
-            Q(q.ITL_FLEET, FLEET_LEGEND),
+            fleet_q(q.ITL_FLEET, FLEET_LEGEND),
             Q(q.DECODE_FLOOR, "decode floor ({{instance}})"),
         ],
         SECONDS,
@@ -102,7 +111,7 @@ def tokens_per_forward_pass() -> Panel:
         ),
         [
             Q(q.TOKENS_PER_FORWARD_PASS, ENGINE_LEGEND),
-            Q(q.TOKENS_PER_FORWARD_PASS_FLEET, FLEET_LEGEND),
+            fleet_q(q.TOKENS_PER_FORWARD_PASS_FLEET, FLEET_LEGEND),
         ],
         NUMBER,
     )
@@ -118,7 +127,7 @@ def tokens_per_engine_step() -> Panel:
         ),
         [
             Q(q.TOKENS_PER_ENGINE_STEP, ENGINE_LEGEND),
-            Q(q.TOKENS_PER_ENGINE_STEP_FLEET, FLEET_LEGEND),
+            fleet_q(q.TOKENS_PER_ENGINE_STEP_FLEET, FLEET_LEGEND),
         ],
         NUMBER,
     )
@@ -127,8 +136,9 @@ def tokens_per_engine_step() -> Panel:
 def engine_steps() -> Panel:
     return timeseries(
         "Engine steps per second",
-        _pair("glassbox_engine_steps_per_second", "job_model_name:vllm_engine_steps:rate5m"),
-        [Q(q.ENGINE_STEPS, ENGINE_LEGEND), Q(q.ENGINE_STEPS_FLEET, FLEET_LEGEND)],
+        _pair("glassbox_engine_steps_per_second", "job_model_name:vllm_engine_steps:rate5m")
+        + _YOUNG,
+        [Q(q.ENGINE_STEPS, ENGINE_LEGEND), fleet_q(q.ENGINE_STEPS_FLEET, FLEET_LEGEND)],
         PER_SECOND,
     )
 
@@ -137,8 +147,8 @@ def generation_throughput_fleet() -> Panel:
     return timeseries(
         "Generated tokens per second",
         "Fleet: recording rule job_model_name:vllm_generation_tokens:rate5m, "
-        "rate of vllm:generation_tokens_total over 5 minutes, summed over engines.",
-        [Q(q.GENERATION_TOKENS_FLEET, FLEET_LEGEND)],
+        "rate of vllm:generation_tokens_total over 5 minutes, summed over engines." + _YOUNG,
+        [fleet_q(q.GENERATION_TOKENS_FLEET, FLEET_LEGEND)],
         TOKENS_PER_SECOND,
     )
 
@@ -242,8 +252,8 @@ def kv_tokens_fleet() -> Panel:
         "job_model_name:glassbox_kv_cache_capacity_tokens:sum: the exporter's per-engine "
         "tokens summed over the engines of a job and model.",
         [
-            Q(q.KV_CAPACITY_TOKENS_FLEET, "capacity {{model_name}} ({{job}})"),
-            Q(q.KV_USED_TOKENS_FLEET, "used {{model_name}} ({{job}})"),
+            fleet_q(q.KV_CAPACITY_TOKENS_FLEET, "capacity {{model_name}} ({{job}})"),
+            fleet_q(q.KV_USED_TOKENS_FLEET, "used {{model_name}} ({{job}})"),
         ],
         TOKENS,
     )
@@ -256,7 +266,7 @@ def kv_usage() -> Panel:
         "evictable prefix-cache blocks count as free); per engine, and the fleet's maximum "
         "(recording rule job_model_name:vllm_kv_cache_usage:max). Paging is invisible "
         f"until the pool is full: the line marks {KV_NEARLY_FULL:.0%}.",
-        [Q(q.KV_USAGE, ENGINE_LEGEND), Q(q.KV_USAGE_FLEET, "max " + FLEET_LEGEND)],
+        [Q(q.KV_USAGE, ENGINE_LEGEND), fleet_q(q.KV_USAGE_FLEET, "max " + FLEET_LEGEND)],
         RATIO,
         thresholds=_KV_THRESHOLDS,
     )
@@ -283,7 +293,8 @@ def kv_blocks_stat() -> Panel:
 def kv_block_size_stat() -> Panel:
     return stat(
         "KV block size",
-        help_of("glassbox_kv_cache_block_size_tokens"),
+        help_of("glassbox_kv_cache_block_size_tokens")
+        + " vLLM allocates KV memory to requests in whole blocks (cache_config_info block_size).",
         [Q(q.KV_BLOCK_SIZE, ENGINE_LEGEND)],
         TOKENS,
     )
@@ -294,7 +305,7 @@ def kv_usage_stat() -> Panel:
         "KV usage, fleet max",
         "Recording rule job_model_name:vllm_kv_cache_usage:max: the fullest engine's "
         "vllm:kv_cache_usage_perc.",
-        [Q(q.KV_USAGE_FLEET, "{{model_name}}")],
+        [fleet_q(q.KV_USAGE_FLEET, "{{model_name}}")],
         RATIO,
         thresholds=_KV_THRESHOLDS,
     )
@@ -328,8 +339,8 @@ def running_waiting() -> Panel:
         [
             Q(q.RUNNING, "running " + ENGINE_LEGEND),
             Q(q.WAITING, "waiting " + ENGINE_LEGEND),
-            Q(q.RUNNING_FLEET, "running " + FLEET_LEGEND),
-            Q(q.WAITING_FLEET, "waiting " + FLEET_LEGEND),
+            fleet_q(q.RUNNING_FLEET, "running " + FLEET_LEGEND),
+            fleet_q(q.WAITING_FLEET, "waiting " + FLEET_LEGEND),
             Q(q.WAITING_BY_REASON, "waiting for {{reason}} {{model_name}}"),
         ],
         NUMBER,
@@ -341,8 +352,9 @@ def preemptions() -> Panel:
         "Preemptions per second",
         "A preempted request loses its KV blocks and is prefilled again later. "
         "A single one is not a storm; a run of them while requests wait is.\n\n"
-        + _pair("glassbox_preemptions_per_second", "job_model_name:vllm_num_preemptions:rate5m"),
-        [Q(q.PREEMPTIONS, ENGINE_LEGEND), Q(q.PREEMPTIONS_FLEET, FLEET_LEGEND)],
+        + _pair("glassbox_preemptions_per_second", "job_model_name:vllm_num_preemptions:rate5m")
+        + _YOUNG,
+        [Q(q.PREEMPTIONS, ENGINE_LEGEND), fleet_q(q.PREEMPTIONS_FLEET, FLEET_LEGEND)],
         PER_SECOND,
     )
 
@@ -376,7 +388,7 @@ def preemptions_stat() -> Panel:
         "Preemptions / s",
         "Recording rule job_model_name:vllm_num_preemptions:rate5m: "
         "rate of vllm:num_preemptions_total over 5 minutes, summed over engines.",
-        [Q(q.PREEMPTIONS_FLEET, "{{model_name}}")],
+        [fleet_q(q.PREEMPTIONS_FLEET, "{{model_name}}")],
         PER_SECOND,
         thresholds=_ANY_PREEMPTION,
     )
@@ -386,7 +398,7 @@ def waiting_stat() -> Panel:
     return stat(
         "Waiting requests",
         "Recording rule job_model_name:vllm_num_requests_waiting:sum.",
-        [Q(q.WAITING_FLEET, "{{model_name}}")],
+        [fleet_q(q.WAITING_FLEET, "{{model_name}}")],
         NUMBER,
     )
 
@@ -401,7 +413,7 @@ def acceptance() -> Panel:
             "glassbox_spec_decode_acceptance_ratio",
             "job_model_name:vllm_spec_decode_acceptance_ratio:rate5m",
         ),
-        [Q(q.ACCEPTANCE, ENGINE_LEGEND), Q(q.ACCEPTANCE_FLEET, FLEET_LEGEND)],
+        [Q(q.ACCEPTANCE, ENGINE_LEGEND), fleet_q(q.ACCEPTANCE_FLEET, FLEET_LEGEND)],
         RATIO,
     )
 
@@ -414,7 +426,7 @@ def acceptance_length() -> Panel:
             "glassbox_spec_decode_mean_acceptance_length",
             "job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m",
         ),
-        [Q(q.ACCEPTANCE_LENGTH, ENGINE_LEGEND), Q(q.ACCEPTANCE_LENGTH_FLEET, FLEET_LEGEND)],
+        [Q(q.ACCEPTANCE_LENGTH, ENGINE_LEGEND), fleet_q(q.ACCEPTANCE_LENGTH_FLEET, FLEET_LEGEND)],
         TOKENS,
     )
 
@@ -429,7 +441,7 @@ def acceptance_by_position() -> Panel:
         ),
         [
             Q(q.ACCEPTANCE_BY_POSITION, "position {{position}} " + ENGINE_LEGEND),
-            Q(q.ACCEPTANCE_BY_POSITION_FLEET, "position {{position}} " + FLEET_LEGEND),
+            fleet_q(q.ACCEPTANCE_BY_POSITION_FLEET, "position {{position}} " + FLEET_LEGEND),
         ],
         RATIO,
     )
@@ -444,7 +456,7 @@ def draft_coverage() -> Panel:
             "glassbox_spec_decode_draft_coverage_ratio",
             "job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m",
         ),
-        [Q(q.DRAFT_COVERAGE, ENGINE_LEGEND), Q(q.DRAFT_COVERAGE_FLEET, FLEET_LEGEND)],
+        [Q(q.DRAFT_COVERAGE, ENGINE_LEGEND), fleet_q(q.DRAFT_COVERAGE_FLEET, FLEET_LEGEND)],
         RATIO,
     )
 
@@ -469,7 +481,7 @@ def acceptance_stat() -> Panel:
     return stat(
         "Draft acceptance",
         fleet("job_model_name:vllm_spec_decode_acceptance_ratio:rate5m"),
-        [Q(q.ACCEPTANCE_FLEET, "{{model_name}}")],
+        [fleet_q(q.ACCEPTANCE_FLEET, "{{model_name}}")],
         RATIO,
     )
 
@@ -478,7 +490,7 @@ def acceptance_length_stat() -> Panel:
     return stat(
         "Mean acceptance length",
         fleet("job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m"),
-        [Q(q.ACCEPTANCE_LENGTH_FLEET, "{{model_name}}")],
+        [fleet_q(q.ACCEPTANCE_LENGTH_FLEET, "{{model_name}}")],
         TOKENS,
     )
 
@@ -487,7 +499,7 @@ def draft_coverage_stat() -> Panel:
     return stat(
         "Draft coverage",
         fleet("job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m"),
-        [Q(q.DRAFT_COVERAGE_FLEET, "{{model_name}}")],
+        [fleet_q(q.DRAFT_COVERAGE_FLEET, "{{model_name}}")],
         RATIO,
     )
 
@@ -499,7 +511,7 @@ def tpot_stat() -> Panel:
     return stat(
         "TPOT",
         fleet("job_model_name:vllm_time_per_output_token_seconds:rate5m"),
-        [Q(q.TPOT_FLEET, "{{model_name}}")],
+        [fleet_q(q.TPOT_FLEET, "{{model_name}}")],
         SECONDS,
     )
 
@@ -508,7 +520,7 @@ def tokens_per_forward_pass_stat() -> Panel:
     return stat(
         "Tokens per forward pass",
         fleet("job_model_name:vllm_tokens_per_forward_pass:rate5m"),
-        [Q(q.TOKENS_PER_FORWARD_PASS_FLEET, "{{model_name}}")],
+        [fleet_q(q.TOKENS_PER_FORWARD_PASS_FLEET, "{{model_name}}")],
         NUMBER,
     )
 
@@ -517,7 +529,7 @@ def generation_stat() -> Panel:
     return stat(
         "Output tokens / s",
         "Recording rule job_model_name:vllm_generation_tokens:rate5m.",
-        [Q(q.GENERATION_TOKENS_FLEET, "{{model_name}}")],
+        [fleet_q(q.GENERATION_TOKENS_FLEET, "{{model_name}}")],
         TOKENS_PER_SECOND,
     )
 

@@ -73,10 +73,14 @@ class TimeRange:
         return max(self.step + self.scrape_interval, 4 * self.scrape_interval)
 
 
-def time_range(start: float, end: float, scrape_interval: float, points: int = 400) -> TimeRange:
-    """About `points` points over the range, never finer than the scrape interval."""
+def check_range(start: float, end: float) -> None:
     if not end > start:
         raise ValueError(f"the range is empty: start {start:g} is not before end {end:g}")
+
+
+def time_range(start: float, end: float, scrape_interval: float, points: int = 400) -> TimeRange:
+    """About `points` points over the range, never finer than the scrape interval."""
+    check_range(start, end)
     step = max(scrape_interval, (end - start) / points)
     return TimeRange(start, end, float(math.ceil(step)) if step >= 1 else step, scrape_interval)
 
@@ -323,7 +327,12 @@ def format_value(value: float, unit: str) -> str:
         return _scaled(
             value, [(1, "B/s"), (1e3, "kB/s"), (1e6, "MB/s"), (1e9, "GB/s"), (1e12, "TB/s")]
         )
-    short = _scaled(value, _SI, unit_gap="") if value != 0 else "0"
+    if abs(value) >= 1e5:
+        short = _scaled(value, _SI, unit_gap="")
+    elif abs(value) >= 1000 or value == int(value):
+        short = f"{value:,.0f}"  # counts as counted: 4,096 tokens, not 4.1k
+    else:
+        short = f"{value:.3g}"
     if unit.startswith("suffix:"):
         return short + unit.removeprefix("suffix:")
     return short
@@ -363,7 +372,7 @@ _COLOURS = {
     "blue": "#3274D9",
     "purple": "#A352CC",
 }
-_MAX_LEGEND = 8
+_MAX_LEGEND = 12
 _DPI = 110
 
 
@@ -459,7 +468,10 @@ def _draw_timeseries(
     custom = defaults.get("custom", {})
     band = custom.get("lineInterpolation") == "stepAfter" and custom.get("fillOpacity", 0) > 0
     mappings = defaults.get("mappings", [])
-    series = [s for t in data.targets for s in t.series if s.has_data]
+    dashed = _dashed_ref_ids(panel)
+    styled = [(s, "--" if t.ref_id in dashed else "-") for t in data.targets for s in t.series]
+    series = [s for s, _ in styled if s.has_data]
+    styles = [style for s, style in styled if s.has_data]
     shown = series[:_MAX_LEGEND]
     cols = 2 if box.w > 5.5 else 1
     rows = math.ceil((len(shown) + (len(series) > len(shown))) / cols)
@@ -471,16 +483,17 @@ def _draw_timeseries(
     ax = _axes(fig, plot, fig_w, fig_h)
     colours = [f"C{i % 10}" for i in range(len(series))]
     handles = []
-    for s, colour in zip(series, colours, strict=True):
+    for s, colour, style in zip(series, colours, styles, strict=True):
         times = [datetime.fromtimestamp(t, UTC) for t in s.times]
         if band:
             ax.fill_between(times, s.values, step="post", color=colour, alpha=0.45, lw=0)
             ax.step(times, s.values, where="post", color=colour, lw=1)
         else:
-            ax.plot(times, s.values, color=colour, lw=1.4)
+            ax.plot(times, s.values, color=colour, lw=1.4, ls=style)
         last = s.last
         shown_last = mapped(last, mappings) or format_value(last, unit) if last is not None else ""
-        handles.append((Line2D([], [], color=colour, lw=2), f"{s.legend}  (last {shown_last})"))
+        line = Line2D([], [], color=colour, lw=2, ls=style)
+        handles.append((line, f"{s.legend}  (last {shown_last})"))
     for step in defaults.get("thresholds", {}).get("steps", []):
         if step.get("value") is not None and custom.get("thresholdsStyle", {}).get("mode") != "off":
             ax.axhline(float(step["value"]), color=_colour(step.get("color")), lw=1, ls="--")
@@ -518,6 +531,19 @@ def _draw_timeseries(
         borderaxespad=0,
         columnspacing=1.5,
     )
+
+
+def _dashed_ref_ids(panel: dict[str, Any]) -> set[str]:
+    """Queries whose lines a field override draws dashed."""
+    return {
+        str(o["matcher"]["options"])
+        for o in panel.get("fieldConfig", {}).get("overrides", [])
+        if o.get("matcher", {}).get("id") == "byFrameRefID"
+        and any(
+            p.get("id") == "custom.lineStyle" and p.get("value", {}).get("fill") == "dash"
+            for p in o.get("properties", [])
+        )
+    }
 
 
 def _draw_stat(
@@ -582,8 +608,17 @@ def _draw_table(
     ]
     ax = _axes(fig, Box(box.x + 0.1, box.y + 0.05, box.w - 0.2, box.h - 0.1), fig_w, fig_h)
     ax.axis("off")
+    # Columns as wide as their longest text (the header is bold: count it a little wider).
+    chars = [
+        max([len(c) * 1.15] + [len(row[i]) for row in cells]) + 2 for i, c in enumerate(columns)
+    ]
     table = ax.table(
-        cellText=cells, colLabels=columns, loc="upper left", cellLoc="left", colLoc="left"
+        cellText=cells,
+        colLabels=columns,
+        colWidths=[n / sum(chars) for n in chars],
+        loc="upper left",
+        cellLoc="left",
+        colLoc="left",
     )
     table.auto_set_font_size(False)
     table.set_fontsize(font - 0.5)
@@ -692,6 +727,7 @@ def take_snapshot(
     import matplotlib
 
     matplotlib.use("Agg")
+    check_range(start, end)  # before asking Prometheus anything
     boards = (
         list(dashboards)
         if dashboards is not None
