@@ -291,6 +291,47 @@ def query_dashboard(
     return panels
 
 
+@dataclass(frozen=True)
+class Region:
+    """A stretch of time an annotation marks (a lab phase): drawn behind time series."""
+
+    start: float
+    end: float
+    text: str
+
+
+def regions(series: Sequence[Series], step: float) -> list[Region]:
+    """Contiguous runs of samples of each series, as Grafana turns them into regions."""
+    out = []
+    for s in series:
+        times = [t for t, v in zip(s.times, s.values, strict=True) if math.isfinite(v) and v]
+        run_start = None
+        for i, t in enumerate(times):
+            run_start = t if run_start is None else run_start
+            if i + 1 == len(times) or times[i + 1] - t > 1.5 * step:
+                out.append(Region(run_start, t, s.legend))
+                run_start = None
+    return sorted(out, key=lambda r: r.start)
+
+
+def query_annotations(
+    dashboard: dict[str, Any], prometheus: Prometheus, span: TimeRange
+) -> list[Region]:
+    """Regions of the dashboard's Prometheus annotations (Grafana's own need Grafana)."""
+    names = variable_names(dashboard)
+    found: list[Region] = []
+    for annotation in dashboard.get("annotations", {}).get("list", []):
+        if "expr" not in annotation or not annotation.get("enable", True):
+            continue
+        expr = substitute(str(annotation["expr"]), names, span)
+        try:
+            result = prometheus.query_range(expr, span)
+        except PrometheusError:
+            continue  # an annotation that cannot be drawn must not stop the picture
+        found += regions(_series(result, str(annotation.get("titleFormat", ""))), span.step)
+    return found
+
+
 # --- units --------------------------------------------------------------------------------
 
 
@@ -411,8 +452,10 @@ def draw_panel(
     fig_w: float,
     fig_h: float,
     font: float = 8.0,
+    marks: Sequence[Region] = (),
 ) -> None:
-    """Draw one panel into `box` of `fig`: title, then its visualization."""
+    """Draw one panel into `box` of `fig`: title, then its visualization; time series
+    get the annotation regions `marks` behind their lines."""
     title_h = font * 2.4 / 72
     frame = _axes(fig, box, fig_w, fig_h)
     frame.set_xticks([])
@@ -439,7 +482,7 @@ def draw_panel(
     elif data.kind == "table":
         _draw_table(fig, inner, data, fig_w, fig_h, font)
     else:
-        _draw_timeseries(fig, inner, data, span, fig_w, fig_h, font)
+        _draw_timeseries(fig, inner, data, span, fig_w, fig_h, font, marks)
 
 
 def _message(ax: Any, text: str, font: float, colour: str) -> None:
@@ -457,7 +500,14 @@ def _message(ax: Any, text: str, font: float, colour: str) -> None:
 
 
 def _draw_timeseries(
-    fig: Any, box: Box, data: PanelData, span: TimeRange, fig_w: float, fig_h: float, font: float
+    fig: Any,
+    box: Box,
+    data: PanelData,
+    span: TimeRange,
+    fig_w: float,
+    fig_h: float,
+    font: float,
+    marks: Sequence[Region],
 ) -> None:
     from matplotlib import dates as mdates
     from matplotlib import ticker
@@ -481,6 +531,24 @@ def _draw_timeseries(
         box.x + left, box.y + 0.08, box.w - left - 0.15, box.h - legend_h - bottom_axis - 0.08
     )
     ax = _axes(fig, plot, fig_w, fig_h)
+    for mark in marks:
+        ax.axvspan(
+            datetime.fromtimestamp(mark.start, UTC),
+            datetime.fromtimestamp(mark.end, UTC),
+            color=_COLOURS["orange"],
+            alpha=0.12,
+            lw=0,
+        )
+        ax.text(
+            datetime.fromtimestamp(mark.start, UTC),
+            1.0,
+            " " + mark.text,
+            transform=ax.get_xaxis_transform(),
+            fontsize=font - 2,
+            color="#B35C00",
+            va="top",
+            clip_on=True,
+        )
     colours = [f"C{i % 10}" for i in range(len(series))]
     handles = []
     for s, colour, style in zip(series, colours, styles, strict=True):
@@ -500,8 +568,12 @@ def _draw_timeseries(
     ax.set_xlim(datetime.fromtimestamp(span.start, UTC), datetime.fromtimestamp(span.end, UTC))
     if defaults.get("min") is not None:
         ax.set_ylim(bottom=float(defaults["min"]))
-    if mappings:
-        ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    keys = sorted(float(k) for m in mappings for k in m.get("options", {}))
+    if keys:  # a state: one tick per mapped value, all of them in view
+        ax.set_yticks(keys)
+        ax.set_ylim(keys[0] - 0.1, keys[-1] + 0.3)
+    elif band:
+        ax.set_yticks([0, 1])
     ax.yaxis.set_major_formatter(
         ticker.FuncFormatter(lambda v, _: mapped(v, mappings) or format_value(v, unit))
     )
@@ -647,20 +719,26 @@ def _figure(w: float, h: float) -> Any:
     return Figure(figsize=(w, h), dpi=_DPI, facecolor="white")
 
 
-def render_panel(data: PanelData, span: TimeRange, path: Path) -> Path:
+def render_panel(
+    data: PanelData, span: TimeRange, path: Path, marks: Sequence[Region] = ()
+) -> Path:
     if data.kind == "table":
         rows = sum(len(t.series) for t in data.targets)
         w, h = 12.0, 1.2 + 0.3 * max(rows, 1)
     else:
         w, h = _SINGLE_SIZE.get(data.kind, _SINGLE_SIZE["timeseries"])
     fig = _figure(w, h)
-    draw_panel(fig, Box(0.05, 0.05, w - 0.1, h - 0.1), data, span, w, h, font=9.0)
+    draw_panel(fig, Box(0.05, 0.05, w - 0.1, h - 0.1), data, span, w, h, 9.0, marks)
     fig.savefig(path)
     return path
 
 
 def render_sheet(
-    dashboard: dict[str, Any], panels: Sequence[PanelData], span: TimeRange, path: Path
+    dashboard: dict[str, Any],
+    panels: Sequence[PanelData],
+    span: TimeRange,
+    path: Path,
+    marks: Sequence[Region] = (),
 ) -> Path:
     """The whole dashboard on one image, each panel where Grafana's grid puts it."""
     header = 0.7
@@ -697,7 +775,7 @@ def render_sheet(
             g["w"] * col - 0.08,
             g["h"] * _ROW_UNIT - 0.08,
         )
-        draw_panel(fig, box, data, span, w, h, font=7.5)
+        draw_panel(fig, box, data, span, w, h, 7.5, marks)
     fig.savefig(path)
     return path
 
@@ -739,11 +817,13 @@ def take_snapshot(
     everything: list[PanelData] = []
     for board in boards:
         panels = query_dashboard(board, prometheus, span)
+        marks = query_annotations(board, prometheus, span)
         folder = out_dir / str(board["uid"])
         folder.mkdir(exist_ok=True)
-        files.append(render_sheet(board, panels, span, out_dir / f"{board['uid']}.png"))
+        files.append(render_sheet(board, panels, span, out_dir / f"{board['uid']}.png", marks))
         for i, data in enumerate(panels, 1):
-            files.append(render_panel(data, span, folder / f"{i:02d}-{_slug(data.title)}.png"))
+            path = folder / f"{i:02d}-{_slug(data.title)}.png"
+            files.append(render_panel(data, span, path, marks))
         everything.extend(panels)
     (out_dir / "index.md").write_text(_index(boards, everything, span))
     return Snapshot(files, everything)

@@ -30,10 +30,14 @@ from vllm_glassbox.dashboards.cli import main
 from vllm_glassbox.dashboards.common import LAB_ANNOTATION_TAG
 from vllm_glassbox.dashboards.snapshot import (
     Prometheus,
+    Region,
+    Series,
     TimeRange,
     format_value,
     legend,
     parse_time,
+    query_annotations,
+    regions,
     substitute,
     take_snapshot,
     time_range,
@@ -540,6 +544,16 @@ def test_values_are_labelled_in_the_panels_unit() -> None:
     assert math.isnan(float(format_value(math.nan, "s")))
 
 
+def test_annotation_regions_are_runs_of_samples() -> None:
+    phase = Series("spec", {}, (0.0, 15.0, 30.0, 90.0, 105.0, 120.0), (1, 1, 1, 1, 1, math.nan))
+    other = Series("flood", {}, (45.0, 60.0), (1.0, 1.0))
+    assert regions([phase, other], step=15.0) == [
+        Region(0.0, 30.0, "spec"),
+        Region(45.0, 60.0, "flood"),
+        Region(90.0, 105.0, "spec"),
+    ]
+
+
 def test_legends_follow_grafanas_format() -> None:
     labels = {"__name__": "x", "model_name": "tiny", "engine": "0", "instance": "h:1"}
     assert legend("{{model_name}} engine {{engine}} ({{instance}})", labels) == (
@@ -563,6 +577,7 @@ def _openmetrics() -> str:
         "glassbox_target_up gauge": [],
         "vllm:kv_cache_usage_perc gauge": [],
         "vllm:num_preemptions counter": [],
+        "glassbox_lab_phase_info gauge": [],
     }
     t = KNOWN_START
     i = 0
@@ -578,6 +593,11 @@ def _openmetrics() -> str:
         families["vllm:num_preemptions counter"].append(
             f"vllm:num_preemptions_total{{{vllm_labels}}} {i // 10} {t:.3f}"
         )
+        if 20 <= i < 60:  # a lab phase from minute 5 to minute 15
+            phase = 'job="lab",phase="pool",kind="kv-pressure",variant=""'
+            families["glassbox_lab_phase_info gauge"].append(
+                f"glassbox_lab_phase_info{{{phase}}} 1 {t:.3f}"
+            )
         t += 15
         i += 1
     text = []
@@ -649,9 +669,10 @@ def test_snapshot_draws_every_panel_and_names_the_empty_ones(
     )
     assert code == 0
     err = capsys.readouterr().err
-    assert "no data: glassbox-overview / Lab phase" in err
     assert "no data: glassbox-spec-decode / Draft acceptance ratio" in err
-    assert "Exporter: poll duration" not in err  # backfilled, so it has data
+    assert "no data: glassbox-decode / Tokens per engine step" in err
+    assert "Exporter: poll duration" not in err  # backfilled, so they have data
+    assert "Lab phase" not in err
     assert "glassbox-kv-cache / KV cache usage\n" not in err
 
     panels = sum(len(_panels(b)) for b in BOARDS)
@@ -660,7 +681,8 @@ def test_snapshot_draws_every_panel_and_names_the_empty_ones(
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert (tmp_path / "glassbox-overview.png").stat().st_size > 50_000
     index = (tmp_path / "index.md").read_text()
-    assert "- [Lab phase](glassbox-overview/01-lab-phase.png): **no data**" in index
+    assert "- [Lab phase](glassbox-overview/01-lab-phase.png): data" in index
+    assert "- [TPOT](glassbox-overview/02-tpot.png): **no data**" in index
 
 
 @pytest.mark.prometheus
@@ -679,7 +701,21 @@ def test_snapshot_values_are_prometheus_values(prometheus: str, tmp_path: Path) 
     # One preemption every 10 samples of 15 s: on average rate() sees 1/150 per second.
     values = [v for v in rate.values if math.isfinite(v)]
     assert sum(values) / len(values) == pytest.approx(1 / 150, rel=0.15)
-    assert {p.title for p in shot.empty} >= {"Lab phase", "TPOT"}
+    (phase,) = next(p for p in shot.panels if p.title == "Lab phase").targets[0].series
+    assert phase.legend == "kv-pressure: pool"
+    assert phase.times[0] == pytest.approx(KNOWN_START + 20 * 15, abs=15)
+    assert {p.title for p in shot.empty} >= {"TPOT", "Draft acceptance"}
+    client = Prometheus(prometheus)
+    try:
+        span = time_range(KNOWN_START, KNOWN_END, client.scrape_interval())
+        (region,) = query_annotations(BOARDS[0], client, span)
+    finally:
+        client.close()
+    assert region.text == "pool"  # the annotation's titleFormat: {{phase}}
+    assert region.start == pytest.approx(KNOWN_START + 20 * 15, abs=span.step)
+    # Backfilled samples carry no staleness marker (a scrape would write one), so
+    # Prometheus' 5-minute lookback carries the last one on.
+    assert region.end == pytest.approx(KNOWN_START + 59 * 15 + 300, abs=span.step)
 
 
 @pytest.mark.prometheus
