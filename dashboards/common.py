@@ -201,6 +201,7 @@ def timeseries(
         title=title,
         description=description,
         dataSource=DATASOURCE,
+        maxDataPoints=None,  # Grafana picks the resolution from the panel width
         targets=targets,
         unit=unit,
         valueMin=0 if min_zero else None,
@@ -243,6 +244,7 @@ def stat(
         title=title,
         description=description,
         dataSource=DATASOURCE,
+        maxDataPoints=None,  # Grafana picks the resolution from the panel width
         targets=_targets(queries),
         format=unit,
         reduceCalc="lastNotNull",
@@ -261,6 +263,7 @@ def table(title: str, description: str, queries: Sequence[Q], columns: Sequence[
         title=title,
         description=description,
         dataSource=DATASOURCE,
+        maxDataPoints=None,  # Grafana picks the resolution from the panel width
         targets=_targets([Q(q.expr, q.legend, instant=True) for q in queries], table=True),
         transformations=[
             {"id": "filterFieldsByName", "options": {"include": {"names": list(columns)}}}

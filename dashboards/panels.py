@@ -612,11 +612,13 @@ def raw_ttft() -> Panel:
     return timeseries(
         "Time to first token",
         "p50 and p95 from the buckets of vllm:time_to_first_token_seconds, and the mean "
-        "(rate of _sum / rate of _count); for a short prompt it is mostly fixed overhead.",
+        "(rate of _sum / rate of _count); for a short prompt it is mostly fixed overhead.\n\n"
+        + per_engine("glassbox_time_to_first_token_seconds"),
         [
             Q(q.TTFT_P50, "p50 {{model_name}}"),
             Q(q.TTFT_P95, "p95 {{model_name}}"),
             Q(q.TTFT_RAW_MEAN, "mean {{model_name}}"),
+            Q(q.TTFT_MEAN, "mean " + ENGINE_LEGEND),
         ],
         SECONDS,
     )
