@@ -552,12 +552,13 @@ def _draw_timeseries(
     colours = [f"C{i % 10}" for i in range(len(series))]
     handles = []
     for s, colour, style in zip(series, colours, styles, strict=True):
-        times = [datetime.fromtimestamp(t, UTC) for t in s.times]
+        stamps, values = with_gaps(s, span.step)
+        times = [datetime.fromtimestamp(t, UTC) for t in stamps]
         if band:
-            ax.fill_between(times, s.values, step="post", color=colour, alpha=0.45, lw=0)
-            ax.step(times, s.values, where="post", color=colour, lw=1)
+            ax.fill_between(times, values, step="post", color=colour, alpha=0.45, lw=0)
+            ax.step(times, values, where="post", color=colour, lw=1)
         else:
-            ax.plot(times, s.values, color=colour, lw=1.4, ls=style)
+            ax.plot(times, values, color=colour, lw=1.4, ls=style)
         last = s.last
         shown_last = mapped(last, mappings) or format_value(last, unit) if last is not None else ""
         line = Line2D([], [], color=colour, lw=2, ls=style)
@@ -603,6 +604,20 @@ def _draw_timeseries(
         borderaxespad=0,
         columnspacing=1.5,
     )
+
+
+def with_gaps(series: Series, step: float) -> tuple[list[float], list[float]]:
+    """The points with a NaN wherever steps are missing, so the line breaks there as in
+    Grafana (spanNulls off) instead of bridging a time without data."""
+    times: list[float] = []
+    values: list[float] = []
+    for t, v in zip(series.times, series.values, strict=True):
+        if times and t - times[-1] > 1.5 * step:
+            times.append(times[-1] + step)
+            values.append(math.nan)
+        times.append(t)
+        values.append(v)
+    return times, values
 
 
 def _dashed_ref_ids(panel: dict[str, Any]) -> set[str]:

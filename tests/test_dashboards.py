@@ -42,6 +42,7 @@ from vllm_glassbox.dashboards.snapshot import (
     take_snapshot,
     time_range,
     variable_names,
+    with_gaps,
 )
 from vllm_glassbox.exporter.derive import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
@@ -575,6 +576,13 @@ def test_annotation_regions_are_runs_of_samples() -> None:
         Region(45.0, 60.0, "flood"),
         Region(90.0, 105.0, "spec"),
     ]
+
+
+def test_lines_break_where_steps_are_missing() -> None:
+    series = Series("x", {}, (0.0, 15.0, 60.0, 75.0), (1.0, 2.0, 3.0, 4.0))
+    times, values = with_gaps(series, step=15.0)
+    assert times == [0.0, 15.0, 30.0, 60.0, 75.0]
+    assert values[:2] == [1.0, 2.0] and math.isnan(values[2]) and values[3:] == [3.0, 4.0]
 
 
 def test_legends_follow_grafanas_format() -> None:
