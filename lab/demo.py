@@ -38,6 +38,7 @@ from .telemetry import Observer, PhaseInfo, Segment
 
 LOOPBACK = "127.0.0.1"
 SCRAPE_INTERVAL = "2s"
+EXPORTER_INTERVAL = 1.0
 
 
 class ExporterBeside(Observer):
@@ -66,7 +67,7 @@ class ExporterBeside(Observer):
             target=deployed.url,
             listen_host=LOOPBACK,
             listen_port=self.port,
-            interval_seconds=1.0,
+            interval_seconds=EXPORTER_INTERVAL,
             window_seconds=self.window_seconds,
             timeout_seconds=0.9,
             model_dir=deployed.model_dir,
@@ -77,9 +78,14 @@ class ExporterBeside(Observer):
             target=serve, args=(config, self._stop), name="exporter", daemon=True
         )
         self._thread.start()
+        # Let it see the idle server first, so its window holds the whole workload.
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and self.read().get("glassbox_target_up") != 1:
+            time.sleep(0.2)
 
     def segment_ended(self, segment: Segment, ended_at: float, error: str | None) -> None:
         if self._thread is not None and error is None:
+            time.sleep(EXPORTER_INTERVAL + 0.5)  # one more poll, after the workload
             values = self.read()
             if values:
                 self.keep(ExporterSeries(segment.title, values))
@@ -89,7 +95,8 @@ class ExporterBeside(Observer):
         """The exporter's derived series now, summed over engines (one engine here)."""
         try:
             text = httpx.get(self.url + "/metrics", timeout=5).text
-            samples = parse_samples(text, [name for name, _, _ in EXPORTER_COLUMNS])
+            wanted = ["glassbox_target_up", *(name for name, _, _ in EXPORTER_COLUMNS)]
+            samples = parse_samples(text, wanted)
         except (httpx.HTTPError, PageError):
             return {}
         return {name: sum(series.values()) for name, series in samples.items() if series}
@@ -166,7 +173,9 @@ def dashboard_images(
         )
     except Exception as e:  # pictures are a bonus: the report stands without them
         return {}, f"dashboard snapshots not drawn: {type(e).__name__}: {e}"
-    return {f"dashboard {p.stem}": str(p.relative_to(out)) for p in sorted(files)}, None
+    # One picture per dashboard in the report; the panels' own PNGs stay beside them.
+    whole = sorted(p for p in files if p.parent == out / "dashboards")
+    return {f"dashboard {p.stem}": str(p.relative_to(out)) for p in whole}, None
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -217,7 +226,12 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
     backend = LocalBackend(plan.local, out / "logs", args.server_command, port=ports["vllm"])
     phase_info = PhaseInfo()
     metrics_server = phase_info.serve(LOOPBACK, ports["glassbox-lab"])
-    results: LabResults | None = None
+    kept: list[ExporterSeries] = []
+
+    def publish(results: LabResults) -> None:
+        results.exporter[:] = kept
+        write_outputs(results, out)
+
     try:
         prom_ctx = (
             contextlib.nullcontext(None)
@@ -225,11 +239,8 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
             else prometheus(out / "prometheus", ports)
         )
         with prom_ctx as prom_url, Progress() as progress:
-            kept: list[ExporterSeries] = []
             exporter = ExporterBeside(ports["glassbox"], kept.append)
-            lab = Lab(
-                backend, progress, [phase_info, exporter], publish=lambda r: write_outputs(r, out)
-            )
+            lab = Lab(backend, progress, [phase_info, exporter], publish=publish)
             progress.note(
                 f"glassbox demo: {plan.name}, {len(plan.phases)} phases; vLLM CPU on port "
                 f"{ports['vllm']}, exporter on {ports['glassbox']}"
@@ -239,23 +250,18 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
                 results = run_lab(plan, lab)
             finally:
                 exporter.close()
-                results = lab.results if hasattr(lab, "results") else results
-                if results is not None:
-                    results.exporter[:] = kept
-                    if prom_url:
-                        progress.status("drawing the dashboards")
-                        images, problem = dashboard_images(prom_url, out, started, time.time())
-                        results.images.update(images)
-                        if problem:
-                            results.notes.append(problem)
-                    write_outputs(results, out)
+            if prom_url:
+                progress.status("drawing the dashboards")
+                images, problem = dashboard_images(prom_url, out, started, time.time())
+                results.images.update(images)
+                results.notes.extend([problem] if problem else [])
+                publish(results)
     except (KeyboardInterrupt, Interrupted):
         print(f"\n{prog}: interrupted; partial report in {out / 'report.md'}", file=sys.stderr)
         return 130
     finally:
         metrics_server.shutdown()
         metrics_server.server_close()
-    assert results is not None
     minutes = (time.time() - started) / 60
     print(f"\nglassbox demo finished in {minutes:.1f} min: {out / 'report.md'}")
     for line in summary_lines(results):
