@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -28,7 +29,7 @@ from vllm_glassbox.exporter.textformat import PageError, parse_samples
 
 from .backend import Deployed
 from .local import LocalBackend
-from .plan import PlanError, load_plan, packaged_plan
+from .plan import TINY_PREFIX, Phase, Plan, PlanError, QuantizationPhase, load_plan, packaged_plan
 from .progress import Progress
 from .report import EXPORTER_COLUMNS, summary_lines, write_outputs
 from .results import ExporterSeries, LabResults
@@ -106,6 +107,39 @@ class ExporterBeside(Observer):
             self._stop.set()
             self._thread.join(timeout=10)
         self._stop = self._thread = None
+
+
+def cpu_flags(cpuinfo: str) -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo's text."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return set(value.split())
+    return set()
+
+
+def without_awq(plan: Plan) -> tuple[Plan, list[str]]:
+    """The plan minus its AWQ tiny-model variants, and what was left out.
+
+    vLLM's CPU build runs AWQ only with its AVX-512 kernels (`cpu_gemm_wna16` is absent
+    from the AVX2 library), so on an AVX2-only CPU the variant could only fail.
+    """
+    if plan.local is None:
+        return plan, []
+    awq = {
+        f"{TINY_PREFIX}{name}"
+        for name, spec in plan.local.tiny_models.items()
+        if spec.precision == "awq"
+    }
+    dropped: list[str] = []
+    phases: list[Phase] = []
+    for phase in plan.phases:
+        if isinstance(phase, QuantizationPhase):
+            kept = tuple(v for v in phase.variants if v.model not in awq)
+            dropped += [v.name for v in phase.variants if v.model in awq]
+            phase = replace(phase, variants=kept)
+        phases.append(phase)
+    return replace(plan, phases=tuple(phases)), dropped
 
 
 def prometheus_config(targets: dict[str, int]) -> dict[str, object]:
@@ -219,6 +253,19 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
     except PlanError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
+    notes: list[str] = []
+    try:
+        flags = cpu_flags(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        flags = set()
+    if "avx512f" not in flags:
+        plan, dropped = without_awq(plan)
+        if dropped:
+            notes.append(
+                f"Left out {', '.join(dropped)}: vLLM's CPU build runs AWQ only with its "
+                "AVX-512 kernels, and this CPU has no AVX-512."
+            )
+    assert plan.local is not None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -230,6 +277,7 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
 
     def publish(results: LabResults) -> None:
         results.exporter[:] = kept
+        results.notes[:] = notes
         write_outputs(results, out)
 
     try:
@@ -254,7 +302,7 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
                 progress.status("drawing the dashboards")
                 images, problem = dashboard_images(prom_url, out, started, time.time())
                 results.images.update(images)
-                results.notes.extend([problem] if problem else [])
+                notes.extend([problem] if problem else [])
                 publish(results)
     except (KeyboardInterrupt, Interrupted):
         print(f"\n{prog}: interrupted; partial report in {out / 'report.md'}", file=sys.stderr)

@@ -273,6 +273,12 @@ def _non_negative(value: object) -> float:
     return float(value)
 
 
+def _positive_number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"must be a number > 0, not {value!r}")
+    return float(value)
+
+
 def _fraction(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
         raise ValueError(f"must be a number in (0, 1], not {value!r}")
@@ -291,13 +297,23 @@ def _boolean(value: object) -> bool:
     return value
 
 
-def _extra(value: object) -> dict[str, Any]:
+def _request_fields(value: object, reserved: set[str]) -> dict[str, Any]:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise ValueError(f"must be a mapping of request fields, not {value!r}")
-    reserved = sorted({"model", "prompt", "max_tokens", "temperature", "stream"} & set(value))
-    if reserved:
-        raise ValueError(f"{', '.join(reserved)} cannot be set here (use the phase's own keys)")
+    clash = sorted(reserved & set(value))
+    if clash:
+        raise ValueError(f"{', '.join(clash)} cannot be set here (use the phase's own keys)")
     return dict(value)
+
+
+def _extra(value: object) -> dict[str, Any]:
+    """A phase's extra request fields (its own keys set the rest)."""
+    return _request_fields(value, {"model", "prompt", "max_tokens", "temperature", "stream"})
+
+
+def _run_extra(value: object) -> dict[str, Any]:
+    """A spec run's request fields: on top of the phase's, the temperature included."""
+    return _request_fields(value, {"model", "prompt", "max_tokens", "stream"})
 
 
 def flag_value(value: object) -> FlagValue:
@@ -407,7 +423,7 @@ def _spec_decode(node: _Node, name: str) -> SpecDecodePhase:
         runs.append(
             SpecRun(
                 label=r.get("label", _text),
-                extra=r.get("extra", _extra, {}),
+                extra=r.get("extra", _run_extra, {}),
                 baseline=r.get("baseline", _boolean, False),
             )
         )
@@ -464,6 +480,7 @@ def _tiny_model(node: _Node, name: str) -> TinyModelSpec | None:
     values: dict[str, Any] = {
         key: node.get(key, convert, None) for key, convert in _TINY_KEYS.items()
     }
+    values["repetition_penalty"] = node.get("repetition_penalty", _positive_number, None)
     precision = node.get("precision", _text, "bf16")
     if precision not in ("bf16", "awq"):
         node.problem("precision", f"must be bf16 or awq, not {precision!r}")

@@ -31,6 +31,8 @@ class TinyModelSpec:
     max_position_embeddings: int = 4096
     #: "bf16" writes real random weights; "awq" writes a config for vLLM's dummy loader.
     precision: str = "bf16"
+    #: A default for requests in generation_config.json (Qwen2.5's is 1.05), or none.
+    repetition_penalty: float | None = None
 
     @property
     def head_dim(self) -> int:
@@ -189,13 +191,15 @@ def generate(spec: TinyModelSpec, root: Path) -> Path:
     directory = root / spec.name
     marker = directory / ".complete"
     config = _config(spec)
+    generation: dict[str, object] = {"bos_token_id": 1, "eos_token_id": 2}
+    if spec.repetition_penalty is not None:
+        generation["repetition_penalty"] = spec.repetition_penalty
     if marker.exists() and json.loads((directory / "config.json").read_text()) == config:
+        (directory / "generation_config.json").write_text(json.dumps(generation))
         return directory
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
-    (directory / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": 1, "eos_token_id": 2})
-    )
+    (directory / "generation_config.json").write_text(json.dumps(generation))
     write_tokenizer(directory)
     if spec.precision == "bf16":
         write_safetensors(directory / "model.safetensors", spec.tensor_shapes())

@@ -242,7 +242,7 @@ def test_tiny_models_are_checked_and_referenced_by_name() -> None:
         "target.local.tiny_models.q: AWQ needs hidden_size and intermediate_size divisible by 128",
         "target.local.tiny_models.big.precison: unknown key (known here: hidden_size, "
         "intermediate_size, max_position_embeddings, num_heads, num_kv_heads, num_layers, "
-        "precision)",
+        "precision, repetition_penalty)",
         "phases[0].model: 'tiny:missing' is not in target.local.tiny_models",
     ]
 
@@ -299,3 +299,17 @@ def test_lab_check_prints_the_phases(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert "seed-l40s: valid; targets: kubernetes" in out
     assert "kv-pressure (kv-pressure)" in out
+
+
+def test_the_demo_leaves_awq_out_on_a_cpu_without_avx512() -> None:
+    from vllm_glassbox.lab.demo import cpu_flags, without_awq
+
+    cpuinfo = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\nbugs\t\t: none\n"
+    assert cpu_flags(cpuinfo) == {"fpu", "sse2", "avx", "avx2", "fma"}
+    plan = load_plan(packaged_plan("cpu-demo"))  # type: ignore[arg-type]
+    trimmed, dropped = without_awq(plan)
+    assert dropped == ["large-awq"]
+    quant = trimmed.phases[0]
+    assert isinstance(quant, QuantizationPhase)
+    assert [v.name for v in quant.variants] == ["small-bf16", "medium-bf16", "large-bf16"]
+    assert trimmed.phases[1:] == plan.phases[1:]
