@@ -30,13 +30,14 @@ from typing import Any
 
 import httpx
 import yaml
-
-from vllm_glassbox.exporter.service import ExporterConfig, make_server, Poller
+from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
 from vllm_glassbox.lab.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
 REPO = Path(__file__).resolve().parent.parent
-SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":1}'
+SPEC_CONFIG = (
+    '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":1}'
+)
 REPETITIVE_PROMPT = " ".join(["1 2 3 4 5"] * 10)
 EXPORTER_WINDOW_SECONDS = 60.0
 SPEC_QUIET_SECONDS = 12.0
@@ -72,8 +73,9 @@ class RealStack:
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
 
-    def query_range(self, expr: str, start: float, end: float, step: float = 1.0
-                    ) -> list[dict[str, Any]]:
+    def query_range(
+        self, expr: str, start: float, end: float, step: float = 1.0
+    ) -> list[dict[str, Any]]:
         r = httpx.get(
             self.prometheus_url + "/api/v1/query_range",
             params={"query": expr, "start": start, "end": end, "step": step},
@@ -85,8 +87,7 @@ class RealStack:
 
 
 def complete(url: str, model: str, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            **extra}
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **extra}
     r = httpx.post(url + "/v1/completions", json=body, timeout=600)
     r.raise_for_status()
     result: dict[str, Any] = r.json()
@@ -95,8 +96,7 @@ def complete(url: str, model: str, prompt: str, max_tokens: int, **extra: Any) -
 
 def _prometheus_config(targets: dict[str, str], rule_files: list[str]) -> dict[str, Any]:
     return {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
-                   "scrape_timeout": "900ms"},
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
         "rule_files": rule_files,
         "scrape_configs": [
             {"job_name": job, "static_configs": [{"targets": [hostport]}]}
@@ -122,9 +122,16 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
     model_dir = generate(TinyModelSpec("tiny-stack"), workdir / "models")
     vllm = ServerProcess(
         [
-            "--model", str(model_dir), "--served-model-name", "tiny",
-            "--max-model-len", "2048", "--kv-cache-memory-bytes", "8388608",
-            "--speculative-config", SPEC_CONFIG,
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            "tiny",
+            "--max-model-len",
+            "2048",
+            "--kv-cache-memory-bytes",
+            "8388608",
+            "--speculative-config",
+            SPEC_CONFIG,
         ],
         log_path=workdir / "vllm.log",
     )
@@ -132,11 +139,17 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
     prometheus: subprocess.Popen[bytes] | None = None
     with vllm:
         vllm.wait_ready()
-        poller = Poller(ExporterConfig(
-            target=vllm.url, interval_seconds=1.0, window_seconds=EXPORTER_WINDOW_SECONDS,
-            timeout_seconds=0.9, model_dir=str(model_dir), vllm_log=str(vllm.log_path),
-            peak_bandwidth=20e9,
-        ))
+        poller = Poller(
+            ExporterConfig(
+                target=vllm.url,
+                interval_seconds=1.0,
+                window_seconds=EXPORTER_WINDOW_SECONDS,
+                timeout_seconds=0.9,
+                model_dir=str(model_dir),
+                vllm_log=str(vllm.log_path),
+                peak_bandwidth=20e9,
+            )
+        )
         server = make_server(poller, "127.0.0.1", free_port())
         threading.Thread(target=poller.run, args=(stop,), daemon=True).start()
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -145,19 +158,33 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
             prom_port = free_port()
             rule_files = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml"))
             config = workdir / "prometheus.yml"
-            config.write_text(yaml.safe_dump(_prometheus_config(
-                {"vllm": vllm.url.removeprefix("http://"), "glassbox": exporter_hostport},
-                rule_files,
-            )))
-            prom_log = open(workdir / "prometheus.log", "wb")
-            prometheus = subprocess.Popen(
-                ["prometheus", f"--config.file={config}",
-                 f"--storage.tsdb.path={workdir / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{prom_port}"],
-                stdout=prom_log, stderr=subprocess.STDOUT, start_new_session=True,
+            config.write_text(
+                yaml.safe_dump(
+                    _prometheus_config(
+                        {"vllm": vllm.url.removeprefix("http://"), "glassbox": exporter_hostport},
+                        rule_files,
+                    )
+                )
             )
-            stack = RealStack(vllm, f"http://{exporter_hostport}", f"http://127.0.0.1:{prom_port}",
-                              model_dir, "tiny")
+            with open(workdir / "prometheus.log", "wb") as prom_log:
+                prometheus = subprocess.Popen(
+                    [
+                        "prometheus",
+                        f"--config.file={config}",
+                        f"--storage.tsdb.path={workdir / 'tsdb'}",
+                        f"--web.listen-address=127.0.0.1:{prom_port}",
+                    ],
+                    stdout=prom_log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            stack = RealStack(
+                vllm,
+                f"http://{exporter_hostport}",
+                f"http://127.0.0.1:{prom_port}",
+                model_dir,
+                "tiny",
+            )
             _wait_http(stack.prometheus_url + "/-/ready")
             time.sleep(3)  # a few scrapes of the idle server first
             _run_workload(stack)
@@ -178,16 +205,27 @@ def _run_workload(stack: RealStack) -> None:
     t = stack.times
     t["spec_start"] = time.time()
     for _ in range(3):
-        complete(stack.vllm.url, stack.served_model_name, REPETITIVE_PROMPT, 128,
-                 repetition_penalty=1.0, ignore_eos=True)
+        complete(
+            stack.vllm.url,
+            stack.served_model_name,
+            REPETITIVE_PROMPT,
+            128,
+            repetition_penalty=1.0,
+            ignore_eos=True,
+        )
     t["spec_end"] = time.time()
     time.sleep(SPEC_QUIET_SECONDS)
     t["flood_start"] = time.time()
     with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
         futures = [
-            pool.submit(complete, stack.vllm.url, stack.served_model_name,
-                        f"Write an extremely long and detailed essay, number {i}.",
-                        FLOOD_MAX_TOKENS, ignore_eos=True)
+            pool.submit(
+                complete,
+                stack.vllm.url,
+                stack.served_model_name,
+                f"Write an extremely long and detailed essay, number {i}.",
+                FLOOD_MAX_TOKENS,
+                ignore_eos=True,
+            )
             for i in range(FLOOD_REQUESTS)
         ]
         for f in futures:
