@@ -194,7 +194,9 @@ def act_of(point: TimelinePoint, jump: float, saturation: float, seen_full: bool
     if jump > 0:
         return "preemption burst"
     if (point.waiting or 0) > 0:
-        return "saturated with a queue" if usage >= saturation else "queued"
+        # Once the pool has been full, a queue is its doing even while preemptions or
+        # finishing requests free some blocks.
+        return "saturated with a queue" if seen_full or usage >= saturation else "queued"
     if (point.running or 0) > 0:
         return "draining" if seen_full else "filling"
     return "idle"

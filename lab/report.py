@@ -177,7 +177,7 @@ def summary_lines(results: LabResults) -> list[str]:
                 f"predictions within {worst:.1%} of the measured TPOT"
                 + (
                     f"; KV pool from {min(kv_known):,} to {max(kv_known):,} tokens"
-                    if len(kv_known) > 1
+                    if len(set(kv_known)) > 1
                     else ""
                 )
                 + "."

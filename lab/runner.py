@@ -222,6 +222,7 @@ class Lab:
                 self.progress.tokens(point.generated_tokens, total)
                 self.progress.status(_pressure_line(point))
 
+            self.progress.status(f"flood of {phase.concurrency} requests")
             pool = concurrent.futures.ThreadPoolExecutor(phase.concurrency, "flood")
             started = time.monotonic()
             try:

@@ -178,6 +178,7 @@ def write_tokenizer(directory: Path) -> None:
         vocab_size=VOCAB_SIZE,
         special_tokens=["<unk>", "<s>", "</s>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer)
     fast = PreTrainedTokenizerFast(

@@ -242,6 +242,23 @@ def test_the_timeline_is_cut_into_the_articles_acts() -> None:
     assert summary["peak_waiting"] == 4
 
 
+def test_a_queue_before_the_pool_was_full_is_only_queued() -> None:
+    # Waiting with room in the pool (e.g. --max-num-seqs); once it has been full, a queue
+    # stays the pool's doing even when a preemption has just freed blocks.
+    timeline = [
+        _point(0, 8, 2, 0.50, 0),
+        _point(1, 10, 2, 0.99, 0),
+        _point(2, 4, 6, 0.40, 3),
+        _point(3, 6, 4, 0.60, 3),
+    ]
+    assert [a.name for a in name_acts(timeline, 0.95)] == [
+        "queued",
+        "saturated with a queue",
+        "preemption burst",
+        "saturated with a queue",
+    ]
+
+
 def test_spec_speedup_is_baseline_tpot_over_each_run() -> None:
     on = _stats(0.004, forward_passes=43.0, drafts=43.0)
     off = _stats(0.0136, forward_passes=255.0)
@@ -454,6 +471,7 @@ E2E_PLAN: dict[str, Any] = {
                 "2048",
                 "--kv-cache-memory-bytes",
                 "8388608",
+                "--enforce-eager",  # no torch.compile: a minute less per start
             ],
             "tiny_models": {
                 "small": {},  # the shape of the captured fixtures (6.9 MB)
