@@ -6,7 +6,7 @@
 
 PLAN may also name a plan shipped with glassbox (`cpu-demo`, `seed-l40s`).
 Exit status: 0 every phase ran, 1 a phase failed, 2 the plan or flags are invalid,
-130 interrupted (the server was still stopped / the Deployment still restored).
+130 Ctrl-C, 143 SIGTERM (the server was still stopped / the Deployment restored).
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .backend import Backend
+from .kubernetes import exit_code as stopped_exit_code
 from .plan import Plan, PlanError, load_plan, packaged_plan
 from .progress import Progress
 from .report import write_outputs
 from .results import LabResults
-from .runner import Interrupted, Lab, run_lab
+from .runner import STOPPED, Lab, run_lab
 from .server_process import DEFAULT_COMMAND
 from .telemetry import GrafanaAnnotations, Observer, PhaseInfo
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -98,7 +99,6 @@ def make_backend(
 
         assert plan.local is not None
         return LocalBackend(plan.local, out / "logs", server_command or DEFAULT_COMMAND)
-    # Imported only here: a local run never loads the Kubernetes client.
     from .kubernetes import KubernetesBackend, Timeouts
 
     target = plan.kubernetes
@@ -162,13 +162,13 @@ def run(args: argparse.Namespace, prog: str) -> int:
                 return EXIT_USAGE
             lab = Lab(backend, progress, observers, publish=lambda r: write_outputs(r, out))
             results = run_lab(plan, lab)
-    except (KeyboardInterrupt, Interrupted):
+    except STOPPED as e:
         restored = "the server was stopped" if kind == "local" else "the args were restored"
         print(
             f"\n{prog}: interrupted; {restored}. Partial report: {out / 'report.md'}",
             file=sys.stderr,
         )
-        return EXIT_INTERRUPTED
+        return stopped_exit_code(e)
     finally:
         if server is not None:
             server.shutdown()

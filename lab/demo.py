@@ -28,12 +28,13 @@ from vllm_glassbox.exporter.service import ExporterConfig, serve
 from vllm_glassbox.exporter.textformat import PageError, parse_samples
 
 from .backend import Deployed
+from .kubernetes import exit_code as stopped_exit_code
 from .local import LocalBackend
 from .plan import TINY_PREFIX, Phase, Plan, PlanError, QuantizationPhase, load_plan, packaged_plan
 from .progress import Progress
 from .report import EXPORTER_COLUMNS, summary_lines, write_outputs
 from .results import ExporterSeries, LabResults
-from .runner import Interrupted, Lab, run_lab
+from .runner import STOPPED, Lab, run_lab
 from .server_process import DEFAULT_COMMAND, free_port
 from .telemetry import Observer, PhaseInfo, Segment
 
@@ -304,9 +305,9 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
                 results.images.update(images)
                 notes.extend([problem] if problem else [])
                 publish(results)
-    except (KeyboardInterrupt, Interrupted):
+    except STOPPED as e:
         print(f"\n{prog}: interrupted; partial report in {out / 'report.md'}", file=sys.stderr)
-        return 130
+        return stopped_exit_code(e)
     finally:
         metrics_server.shutdown()
         metrics_server.server_close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from .analysis import (
     timeline_point,
 )
 from .backend import Backend, Deployed, FlagOverrides
+from .kubernetes import Terminated, restoring
 from .measure import Completion, LabError, Measured, Sampler, VllmClient, increase
 from .plan import KvPressurePhase, Phase, Plan, QuantizationPhase, Request, SpecDecodePhase
 from .progress import Progress
@@ -53,8 +53,7 @@ from .telemetry import Observer, Segment
 PROGRESS_POLL_SECONDS = 2.0
 
 
-class Interrupted(BaseException):
-    """SIGTERM, handled like Ctrl-C: stop, restore, report what was done."""
+STOPPED = (KeyboardInterrupt, Terminated)  # Ctrl-C, SIGTERM: stop, restore, report
 
 
 @dataclass
@@ -83,12 +82,13 @@ class Lab:
                 self.publish(self.results)
             failed = [p.name for p in self.results.phases if p.status != "ok"]
             self.results.status = "failed" if failed else "ok"
-        except (KeyboardInterrupt, Interrupted):
+        except STOPPED:
             self.results.status = "interrupted"
             raise
         finally:
             self.results.ended_at = self.wall()
             self.publish(self.results)
+            self.progress.status("restoring")
         return self.results
 
     def _phase(self, phase: Phase) -> PhaseResult:
@@ -102,7 +102,7 @@ class Lab:
             run = lambda: self._spec_decode(phase)  # noqa: E731
         try:
             body = run()
-        except (KeyboardInterrupt, Interrupted):
+        except STOPPED:
             self.results.phases.append(
                 PhaseResult(
                     phase.name, phase.kind, "interrupted", started, self.wall(), error="interrupted"
@@ -191,7 +191,7 @@ class Lab:
                     stats = request_stats(measured.completions, measured.increase)
                     variants.append(VariantResult(v.name, v.model, v.fit, served.startup, stats))
                     self.progress.note(f"  {v.name}: {_stats_line(stats)}")
-            except (KeyboardInterrupt, Interrupted):
+            except STOPPED:
                 raise
             except Exception as e:  # the other variants still run
                 self.progress.note(f"✗ {phase.name} › {v.name}: {_describe(e)}")
@@ -351,40 +351,14 @@ def _pressure_line(p: TimelinePoint) -> str:
     )
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a Job deleted, `kill`) unwinds like Ctrl-C, so restore() runs."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Ignore Ctrl-C and SIGTERM while restoring: a second one must not leave a child."""
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def run_lab(plan: Plan, lab: Lab) -> LabResults:
-    """Run the plan; whatever happens, restore the backend before returning or raising."""
-    try:
-        with sigterm_as_interrupt():
-            return lab.run(plan)
-    finally:
-        lab.progress.status("restoring")
-        with signals_deferred():
-            lab.backend.restore()
+    """Run the plan; whatever happens, restore the backend before returning or raising.
+
+    `restoring` (shared with the Kubernetes backend's tests) turns SIGTERM into
+    `Terminated` and ignores further Ctrl-C / SIGTERM while `restore()` runs.
+    """
+    with restoring(lab.backend):
+        return lab.run(plan)
 
 
-__all__ = ["Completion", "Interrupted", "Lab", "LabError", "run_lab"]
+__all__ = ["STOPPED", "Completion", "Lab", "LabError", "Terminated", "run_lab"]

@@ -355,7 +355,10 @@ def test_each_phase_gets_its_own_server_with_its_flags_and_log(
     assert first["time"] < first["timeEnd"]
 
 
-def test_sigint_during_a_phase_stops_the_server_and_its_worker(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_a_phase_stops_the_server_and_its_worker(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
     out = tmp_path / "out"
     env = {**os.environ, "FAKE_STEP_SECONDS": "1.0"}  # a long request: we interrupt it
     lab = subprocess.Popen(
@@ -386,9 +389,9 @@ def test_sigint_during_a_phase_stops_the_server_and_its_worker(tmp_path: Path) -
     pids = set(pids_in(log.read_text()))
     assert len(pids) == 2 and all(alive(p) for p in pids)
 
-    lab.send_signal(signal.SIGINT)
+    lab.send_signal(sig)
     _, err = lab.communicate(timeout=60)
-    assert lab.returncode == 130
+    assert lab.returncode == code
     assert "interrupted; the server was stopped" in err.decode()
     assert not [p for p in pids if alive(p)]
     results = json.loads((out / "results.json").read_text())
