@@ -8,6 +8,7 @@ counter by reason), never an exception on the serving path.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -212,11 +213,13 @@ def make_server(poller: Poller, host: str, port: int) -> ThreadingHTTPServer:
                 self._send(404, b"not found\n", "text/plain")
 
         def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            # A scraper that gave up (Prometheus' scrape timeout) is not our error.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
             log.debug("http %s", format % args)

@@ -115,6 +115,18 @@ def _wait_http(url: str, timeout_seconds: float = 60.0) -> None:
     raise RuntimeError(f"{url} not up after {timeout_seconds}s")
 
 
+def _wait_scraped(stack: RealStack, jobs: set[str], timeout_seconds: float = 60.0) -> None:
+    """Until Prometheus has scraped every job once: "ready" comes first, and its target
+    discovery hands over the static targets only on a 5 s tick."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        up = {r["metric"]["job"] for r in stack.query("up == 1")}
+        if jobs <= up:
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"Prometheus has not scraped {sorted(jobs)} after {timeout_seconds}s")
+
+
 @contextlib.contextmanager
 def real_stack(workdir: Path) -> Iterator[RealStack]:
     if shutil.which("prometheus") is None:
@@ -186,6 +198,7 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
                 "tiny",
             )
             _wait_http(stack.prometheus_url + "/-/ready")
+            _wait_scraped(stack, {"vllm", "glassbox"})
             time.sleep(3)  # a few scrapes of the idle server first
             _run_workload(stack)
             yield stack

@@ -1,0 +1,361 @@
+"""The exporter against the real vLLM CPU build: its values equal a hand computation.
+
+The value under test always comes from the exporter's /metrics (or from Prometheus
+scraping it); the expected value is computed here, by hand, from vLLM's own raw counters
+read independently (prometheus_client's parser on vLLM's page, or PromQL `increase()`
+over vLLM's series in Prometheus). Never from the derivation core.
+
+(a) A plain vLLM (no speculation), started once for this module, the exporter polling
+    it every 0.5 s: decode timing, tokens per pass and per step, steps/s, the KV pool,
+    weights from safetensors and KV tokens from vLLM's log.
+(b) The session `stack` (ngram speculation; Prometheus scrapes vLLM and the exporter):
+    the speculative series at `stack.spec_compare_at`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
+from vllm_glassbox.lab.server_process import ServerProcess
+from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+
+from tests.realstack import RealStack
+
+pytestmark = pytest.mark.vllm
+
+MODEL = "tiny"
+INTERVAL = 0.5
+WINDOW = 60.0
+REL = 0.01  # "equal within 1 %"
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def _parse(text: str) -> Samples:
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+@dataclass
+class Page:
+    """One read of a /metrics page, parsed by prometheus_client (not by glassbox)."""
+
+    samples: Samples
+    at: float  # unix time the read completed
+
+    @classmethod
+    def get(cls, url: str) -> Page:
+        text = httpx.get(url + "/metrics", timeout=10).text
+        return cls(_parse(text), time.time())
+
+    def value(self, name: str, **labels: str) -> float | None:
+        for have, v in self.samples.get(name, []):
+            if all(have.get(k) == want for k, want in labels.items()):
+                return v
+        return None
+
+    def vllm(self, name: str) -> float:
+        v = self.value(name, model_name=MODEL, engine="0")
+        assert v is not None, f"vLLM's page has no {name}"
+        return v
+
+    def labels(self, name: str) -> dict[str, str]:
+        (labels, _), *_ = self.samples[name]
+        return labels
+
+
+# --- (a) a plain vLLM, the exporter polling it ------------------------------------------
+
+
+@dataclass
+class Plain:
+    vllm: ServerProcess
+    exporter_url: str
+    model_dir: Path
+    exporter_started: float  # unix
+
+    def exporter(self) -> Page:
+        return Page.get(self.exporter_url)
+
+    def raw(self) -> Page:
+        return Page.get(self.vllm.url)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plain]:
+    work = tmp_path_factory.mktemp("exporter-e2e")
+    model_dir = generate(TinyModelSpec("tiny-e2e"), work / "models")
+    vllm = ServerProcess(
+        [
+            "--model", str(model_dir), "--served-model-name", MODEL,
+            "--max-model-len", "2048", "--kv-cache-memory-bytes", "8388608",
+        ],
+        log_path=work / "vllm.log",
+        env={"VLLM_SERVER_DEV_MODE": "1"},  # for /pause and /resume (the KV test)
+    )  # fmt: skip
+    with vllm:
+        vllm.wait_ready()
+        poller = Poller(
+            ExporterConfig(
+                target=vllm.url,
+                interval_seconds=INTERVAL,
+                window_seconds=WINDOW,
+                timeout_seconds=2.0,
+                model_dir=str(model_dir),
+                vllm_log=str(vllm.log_path),
+            )
+        )
+        server = make_server(poller, "127.0.0.1", 0)
+        stop = threading.Event()
+        polling = threading.Thread(target=poller.run, args=(stop,), daemon=True)
+        started = time.time()
+        polling.start()
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield Plain(vllm, f"http://127.0.0.1:{server.server_address[1]}", model_dir, started)
+        finally:
+            stop.set()
+            server.shutdown()
+            server.server_close()
+            polling.join(timeout=5)
+            poller.fetcher.close()
+
+
+def _complete(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    body = {
+        "model": MODEL,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    r = httpx.post(url + "/v1/completions", json=body, timeout=600)
+    r.raise_for_status()
+    result: dict[str, Any] = r.json()
+    return result
+
+
+@dataclass
+class Workload:
+    before: Page
+    after: Page
+    exporter: Page  # read once the exporter has polled the final counters
+
+
+def _wait_for_poll_after(plain: Plain, t: float, seconds: float = 30.0) -> Page:
+    """The exporter's page once it has completed a poll that started after unix time t."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        page = plain.exporter()
+        done = page.value("glassbox_last_scrape_success_timestamp_seconds") or 0.0
+        took = page.value("glassbox_scrape_duration_seconds") or 0.0
+        if done - took > t:
+            return page
+        time.sleep(0.1)
+    raise AssertionError(f"the exporter did not poll after {t}")
+
+
+@pytest.fixture(scope="module")
+def workload(plain: Plain) -> Workload:
+    """Three rounds of 4 concurrent requests, bracketed by raw reads of vLLM's counters.
+
+    vLLM is idle before and after, so every poll of the exporter before the requests
+    read `before`'s counters and every poll after them reads `after`'s: its window
+    (60 s, longer than all of this) holds exactly this workload.
+    """
+    time.sleep(4 * INTERVAL)  # a few polls of the idle server
+    before = plain.raw()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for _ in range(3):
+            prompts = [f"The cache pool holds blocks of tokens, number {i}" for i in range(4)]
+            list(pool.map(lambda p: _complete(plain.vllm.url, p, 48), prompts))
+    time.sleep(1.0)  # vLLM records the last outputs' stats just after answering
+    after = plain.raw()
+    exporter = _wait_for_poll_after(plain, after.at)
+    assert plain.raw().vllm("vllm:generation_tokens_total") == after.vllm(
+        "vllm:generation_tokens_total"
+    ), "vLLM's counters moved after the workload"
+    return Workload(before, after, exporter)
+
+
+def _delta(w: Workload, name: str) -> float:
+    return w.after.vllm(name) - w.before.vllm(name)
+
+
+def _exported(page: Page, name: str) -> float:
+    v = page.value(name, model_name=MODEL, engine="0")
+    assert v is not None, f"the exporter publishes no {name}"
+    return v
+
+
+def test_decode_timing_equals_hand_computation_from_raw_counters(workload: Workload) -> None:
+    generated = _delta(workload, "vllm:generation_tokens_total")
+    first_tokens = _delta(workload, "vllm:time_to_first_token_seconds_count")
+    itl_sum = _delta(workload, "vllm:inter_token_latency_seconds_sum")
+    itl_count = _delta(workload, "vllm:inter_token_latency_seconds_count")
+    assert generated == 12 * 48 and first_tokens == 12
+
+    tpot = itl_sum / (generated - first_tokens)
+    itl = itl_sum / itl_count
+    e = workload.exporter
+    assert _exported(e, "glassbox_time_per_output_token_seconds") == pytest.approx(tpot, rel=REL)
+    assert _exported(e, "glassbox_inter_token_latency_seconds") == pytest.approx(itl, rel=REL)
+
+
+def test_tokens_per_forward_pass_is_one_without_speculation(workload: Workload) -> None:
+    generated = _delta(workload, "vllm:generation_tokens_total")
+    first_tokens = _delta(workload, "vllm:time_to_first_token_seconds_count")
+    itl_count = _delta(workload, "vllm:inter_token_latency_seconds_count")
+    by_hand = (generated - first_tokens) / itl_count
+    assert by_hand == 1.0
+    exported = _exported(workload.exporter, "glassbox_tokens_per_forward_pass")
+    assert exported == pytest.approx(by_hand, rel=REL)
+
+
+def test_engine_steps_equal_hand_computation_from_raw_counters(
+    plain: Plain, workload: Workload
+) -> None:
+    generated = _delta(workload, "vllm:generation_tokens_total")
+    steps = _delta(workload, "vllm:iteration_tokens_total_count")
+    e = workload.exporter
+    per_step = _exported(e, "glassbox_tokens_per_engine_step")
+    assert per_step == pytest.approx(generated / steps, rel=REL)
+    assert per_step > 1.5  # four requests at a time share engine steps
+
+    # The window has not filled yet: it spans from the exporter's first poll to its latest.
+    covered = _exported(e, "glassbox_window_covered_seconds")
+    latest = e.value("glassbox_last_scrape_success_timestamp_seconds") or 0.0
+    assert covered == pytest.approx(latest - plain.exporter_started, abs=2 * INTERVAL)
+    assert covered <= WINDOW
+    rate = _exported(e, "glassbox_engine_steps_per_second")
+    assert rate == pytest.approx(steps / covered, rel=REL)
+
+
+def test_kv_pool_capacity_equals_cache_config_of_vllm(plain: Plain, workload: Workload) -> None:
+    cache = workload.after.labels("vllm:cache_config_info")
+    blocks, block_size = int(cache["num_gpu_blocks"]), int(cache["block_size"])
+    assert blocks * block_size == int(cache["kv_cache_size_tokens"]) == 4096
+    e = workload.exporter
+    assert _exported(e, "glassbox_kv_cache_blocks") == blocks
+    assert _exported(e, "glassbox_kv_cache_block_size_tokens") == block_size
+    assert _exported(e, "glassbox_kv_cache_capacity_tokens") == blocks * block_size
+
+
+def test_kv_used_tokens_equal_usage_times_capacity_while_requests_hold_blocks(
+    plain: Plain, workload: Workload
+) -> None:
+    """Requests hold KV blocks; vLLM's scheduler is paused with them kept (dev-mode
+    `/pause?mode=keep`), so the usage stands still while the exporter polls it."""
+    cache = workload.after.labels("vllm:cache_config_info")
+    capacity = int(cache["num_gpu_blocks"]) * int(cache["block_size"])
+    url = plain.vllm.url
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        running = [pool.submit(_complete, url, f"Write a long essay {i}", 1500) for i in range(2)]
+        deadline = time.monotonic() + 60
+        while plain.raw().vllm("vllm:kv_cache_usage_perc") < 0.2:
+            assert time.monotonic() < deadline and not any(r.done() for r in running)
+            time.sleep(0.1)
+        keep = {"mode": "keep", "clear_cache": "false"}  # clearing would free the blocks
+        httpx.post(url + "/pause", params=keep, timeout=30).raise_for_status()
+        try:
+            usage = plain.raw().vllm("vllm:kv_cache_usage_perc")
+            exporter = _wait_for_poll_after(plain, time.time())
+            assert plain.raw().vllm("vllm:kv_cache_usage_perc") == usage, "not paused"
+        finally:
+            httpx.post(url + "/resume", timeout=30).raise_for_status()
+        for r in running:
+            r.result()
+    assert usage > 0.2
+    used = _exported(exporter, "glassbox_kv_cache_used_tokens")
+    assert used == pytest.approx(usage * capacity, rel=REL)
+
+
+def test_weights_come_from_the_safetensors_headers(plain: Plain, workload: Workload) -> None:
+    path = plain.model_dir / "model.safetensors"
+    with open(path, "rb") as f:
+        (header_length,) = struct.unpack("<Q", f.read(8))
+    tensor_bytes = path.stat().st_size - 8 - header_length
+    e = workload.exporter
+    # vLLM's CPU build logs no "Model loading took ... GiB": the log has no weights to win.
+    assert e.value("glassbox_model_weights_info", source="safetensors") == 1.0
+    assert e.value("glassbox_model_weights_bytes") == tensor_bytes
+
+
+def test_kv_tokens_from_vllm_log_equal_the_pool(plain: Plain, workload: Workload) -> None:
+    m = re.search(r"KV cache size: ([0-9,]+) tokens", plain.vllm.log_text())
+    assert m is not None, "vLLM's log has no KV cache size line"
+    logged = int(m.group(1).replace(",", ""))
+    cache = workload.after.labels("vllm:cache_config_info")
+    assert logged == int(cache["num_gpu_blocks"]) * int(cache["block_size"])
+    assert workload.exporter.value("glassbox_kv_cache_logged_capacity_tokens") == logged
+
+
+# --- (b) speculation, from the session stack's Prometheus -------------------------------
+
+
+def _one(stack: RealStack, expr: str, at: float) -> float:
+    result = stack.query(expr, at=at)
+    assert len(result) == 1, f"{expr}: {result}"
+    return float(result[0]["value"][1])
+
+
+def _increase(stack: RealStack, counter: str, at: float) -> float:
+    return _one(stack, f'increase({counter}{{job="vllm",model_name="{MODEL}"}}[60s])', at)
+
+
+def _glassbox(stack: RealStack, name: str, at: float, **labels: str) -> float:
+    selector = ",".join(
+        ['job="glassbox"', f'model_name="{MODEL}"', *(f'{k}="{v}"' for k, v in labels.items())]
+    )
+    return _one(stack, f"{name}{{{selector}}}", at)
+
+
+def test_speculative_series_equal_raw_counter_increases_in_prometheus(
+    stack: RealStack,
+) -> None:
+    at = stack.spec_compare_at
+    generated = _increase(stack, "vllm:generation_tokens_total", at)
+    first_tokens = _increase(stack, "vllm:time_to_first_token_seconds_count", at)
+    decode_steps = _increase(stack, "vllm:inter_token_latency_seconds_count", at)
+    drafts = _increase(stack, "vllm:spec_decode_num_drafts_total", at)
+    draft_tokens = _increase(stack, "vllm:spec_decode_num_draft_tokens_total", at)
+    accepted = _increase(stack, "vllm:spec_decode_num_accepted_tokens_total", at)
+    assert drafts > 0 and accepted > 0, "the spec phase drafted nothing"
+
+    per_pass = (generated - first_tokens) / decode_steps
+    assert per_pass > 1.0
+    expected = {
+        "glassbox_tokens_per_forward_pass": per_pass,
+        "glassbox_spec_decode_acceptance_ratio": accepted / draft_tokens,
+        "glassbox_spec_decode_mean_acceptance_length": 1.0 + accepted / drafts,
+        "glassbox_spec_decode_draft_coverage_ratio": drafts / decode_steps,
+    }
+    for name, want in expected.items():
+        assert _glassbox(stack, name, at) == pytest.approx(want, rel=REL), name
+
+    per_position = stack.query(
+        'increase(vllm:spec_decode_num_accepted_tokens_per_pos_total{job="vllm"}[60s])', at=at
+    )
+    assert len(per_position) == 5  # num_speculative_tokens
+    for series in per_position:
+        position = series["metric"]["position"]
+        want = float(series["value"][1]) / drafts
+        got = _glassbox(
+            stack, "glassbox_spec_decode_position_acceptance_ratio", at, position=position
+        )
+        assert got == pytest.approx(want, rel=REL, abs=1e-9), f"position {position}"
