@@ -188,32 +188,56 @@ def preemption_jumps(timeline: Sequence[TimelinePoint]) -> list[float]:
     return jumps
 
 
-def act_of(point: TimelinePoint, jump: float, saturation: float, seen_full: bool) -> str:
-    """What the pool is doing at one poll."""
-    usage = point.kv_cache_usage or 0.0
-    if jump > 0:
-        return "preemption burst"
-    if (point.waiting or 0) > 0:
-        # Once the pool has been full, a queue is its doing even while preemptions or
-        # finishing requests free some blocks.
-        return "saturated with a queue" if seen_full or usage >= saturation else "queued"
-    if (point.running or 0) > 0:
-        return "draining" if seen_full else "filling"
-    return "idle"
+def act_names(timeline: Sequence[TimelinePoint], saturation: float) -> list[str]:
+    """The article's acts, poll by poll.
+
+    The pool fills with nobody waiting ("filling"); from the first poll that finds it full
+    or requests waiting, "saturated with a queue"; from the first preemption to the last,
+    "preemption storm"; after it — or after the pressure ends, if nothing was preempted —
+    "draining". A flood that never fills the pool is "pool never full" throughout.
+    """
+    jumps = preemption_jumps(timeline)
+    pressure = [
+        (p.waiting or 0) > 0 or (p.kv_cache_usage or 0.0) >= saturation or j > 0
+        for p, j in zip(timeline, jumps, strict=True)
+    ]
+    if not any(pressure):
+        return ["pool never full"] * len(timeline)
+    first_pressed = pressure.index(True)
+    last_pressed = len(pressure) - 1 - pressure[::-1].index(True)
+    preempted = [i for i, j in enumerate(jumps) if j > 0]
+    names = []
+    for i in range(len(timeline)):
+        if i < first_pressed:
+            names.append("filling")
+        elif preempted and preempted[0] <= i <= preempted[-1]:
+            names.append("preemption storm")
+        elif (preempted and i > preempted[-1]) or i > last_pressed:
+            names.append("draining")
+        else:
+            names.append("saturated with a queue")
+    return names
 
 
 def name_acts(timeline: Sequence[TimelinePoint], saturation: float) -> list[Act]:
-    """The timeline cut into acts: consecutive polls doing the same thing."""
+    """The timeline cut into its acts, each with its preemptions and peaks."""
     acts: list[Act] = []
-    seen_full = False
-    for point, jump in zip(timeline, preemption_jumps(timeline), strict=True):
-        seen_full = seen_full or jump > 0 or (point.kv_cache_usage or 0.0) >= saturation
-        name = act_of(point, jump, saturation, seen_full)
+    names = act_names(timeline, saturation)
+    for point, jump, name in zip(timeline, preemption_jumps(timeline), names, strict=True):
+        waiting, usage = point.waiting or 0.0, point.kv_cache_usage or 0.0
         if acts and acts[-1].name == name:
             last = acts[-1]
-            acts[-1] = Act(name, last.start_t, point.t, last.polls + 1)
+            acts[-1] = Act(
+                name,
+                last.start_t,
+                point.t,
+                last.polls + 1,
+                last.preemptions + jump,
+                max(last.peak_waiting, waiting),
+                max(last.peak_kv_cache_usage, usage),
+            )
         else:
-            acts.append(Act(name, point.t, point.t, 1))
+            acts.append(Act(name, point.t, point.t, 1, jump, waiting, usage))
     return acts
 
 

@@ -346,12 +346,24 @@ def _kv_pressure(phase: PhaseResult, k: KvPressureResult) -> list[str]:
         f"the largest jump **{k.max_preemption_jump:g}** in one poll. Peak KV usage "
         f"{_pct(k.peak_kv_cache_usage)}, peak queue {_int(k.peak_waiting)}.",
         "",
-        "The acts (consecutive polls doing the same thing):",
+        "The acts: the pool fills with nobody waiting; it is full and requests queue; "
+        "vLLM preempts (from the first preemption to the last); the rest drains.",
         "",
     ]
     out += _table(
-        ["act", "from s", "to s", "polls"],
-        [[a.name, f"{a.start_t:.0f}", f"{a.end_t:.0f}", str(a.polls)] for a in k.acts],
+        ["act", "from s", "to s", "polls", "preemptions", "peak waiting", "peak KV usage"],
+        [
+            [
+                a.name,
+                f"{a.start_t:.0f}",
+                f"{a.end_t:.0f}",
+                str(a.polls),
+                f"{a.preemptions:g}",
+                _int(a.peak_waiting),
+                _pct(a.peak_kv_cache_usage),
+            ]
+            for a in k.acts
+        ],
     )
     jumps = preemption_jumps(k.timeline)
     biggest = {jumps.index(max(jumps))} if jumps and max(jumps) > 0 else set()

@@ -156,10 +156,13 @@ class TimelinePoint:
 
 @dataclass(frozen=True)
 class Act:
-    name: str  # filling | saturated with a queue | queued | preemption burst | draining | idle
+    name: str  # filling | saturated with a queue | preemption storm | draining
     start_t: float
     end_t: float
     polls: int
+    preemptions: float
+    peak_waiting: float
+    peak_kv_cache_usage: float
 
 
 @dataclass(frozen=True)

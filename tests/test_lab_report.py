@@ -220,18 +220,21 @@ def test_the_timeline_is_cut_into_the_articles_acts() -> None:
         _point(5, 32, 0, 0.60, 0),
         _point(10, 30, 2, 0.99, 0),
         _point(15, 28, 4, 1.00, 0),
-        _point(20, 20, 3, 0.97, 13),  # one poll: 13 preemptions at once
-        _point(25, 22, 1, 0.98, 15),
-        _point(30, 18, 0, 0.80, 15),
-        _point(35, 0, 0, 0.0, 15),
+        _point(20, 20, 3, 0.40, 13),  # one poll: 13 preemptions at once
+        _point(25, 22, 5, 0.98, 13),  # between two bursts: still the storm
+        _point(30, 22, 1, 0.97, 15),
+        _point(35, 18, 0, 0.80, 15),
+        _point(40, 0, 0, 0.0, 15),
     ]
-    acts = [(a.name, a.start_t, a.end_t, a.polls) for a in name_acts(timeline, 0.95)]
+    acts = [
+        (a.name, a.start_t, a.end_t, a.polls, a.preemptions, a.peak_waiting)
+        for a in name_acts(timeline, 0.95)
+    ]
     assert acts == [
-        ("filling", 0, 5, 2),
-        ("saturated with a queue", 10, 15, 2),
-        ("preemption burst", 20, 25, 2),
-        ("draining", 30, 30, 1),
-        ("idle", 35, 35, 1),
+        ("filling", 0, 5, 2, 0, 0),
+        ("saturated with a queue", 10, 15, 2, 0, 4),
+        ("preemption storm", 20, 30, 3, 15, 5),
+        ("draining", 35, 40, 2, 0, 0),
     ]
     summary = pressure_summary(timeline, 0.95)
     assert summary["max_preemption_jump"] == 13
@@ -239,24 +242,18 @@ def test_the_timeline_is_cut_into_the_articles_acts() -> None:
     assert summary["preemptions_total"] == 15
     assert (summary["first_full_at"], summary["first_waiting_at"]) == (10, 10)
     assert summary["first_preemption_at"] == 20
-    assert summary["peak_waiting"] == 4
+    assert summary["peak_waiting"] == 5
 
 
-def test_a_queue_before_the_pool_was_full_is_only_queued() -> None:
-    # Waiting with room in the pool (e.g. --max-num-seqs); once it has been full, a queue
-    # stays the pool's doing even when a preemption has just freed blocks.
-    timeline = [
-        _point(0, 8, 2, 0.50, 0),
-        _point(1, 10, 2, 0.99, 0),
-        _point(2, 4, 6, 0.40, 3),
-        _point(3, 6, 4, 0.60, 3),
-    ]
-    assert [a.name for a in name_acts(timeline, 0.95)] == [
-        "queued",
+def test_acts_without_preemptions_and_without_pressure() -> None:
+    queued = [_point(0, 8, 0, 0.5, 0), _point(1, 8, 2, 0.99, 0), _point(2, 3, 0, 0.4, 0)]
+    assert [a.name for a in name_acts(queued, 0.95)] == [
+        "filling",
         "saturated with a queue",
-        "preemption burst",
-        "saturated with a queue",
+        "draining",
     ]
+    roomy = [_point(0, 4, 0, 0.2, 0), _point(1, 2, 0, 0.1, 0)]
+    assert [(a.name, a.polls) for a in name_acts(roomy, 0.95)] == [("pool never full", 2)]
 
 
 def test_spec_speedup_is_baseline_tpot_over_each_run() -> None:
@@ -429,7 +426,7 @@ def test_report_has_the_articles_tables_and_plots(tmp_path: Path) -> None:
     assert "TPOT = 1.5 ms/GiB × weights GiB + 1.715 ms, R² = 1." in report
     assert "| GPTQ-Int4 | 5.19 | 9.6 | 9.5 | -1.0% |" in report
     # The pool: acts, the timeline, the biggest jump.
-    assert "| preemption burst | 15 | 20 | 2 |" in report
+    assert "| preemption storm | 15 | 20 | 2 | 14 | 6 | 100% |" in report
     assert "| 15 | 24 | 6 | 100% | 13 | +13 | 1,500 |" in report
     assert "the largest jump **13** in one poll" in report
     # Spec on and off, and the cold request apart.
@@ -531,7 +528,7 @@ def test_local_backend_runs_all_three_phases_on_the_real_vllm(tmp_path: Path) ->
     assert kv["preemptions_total"] > 0 and kv["max_preemption_jump"] >= 1
     assert max(p["waiting"] for p in kv["timeline"]) > 0
     assert max(p["kv_cache_usage"] for p in kv["timeline"]) >= 0.95
-    assert "preemption burst" in [a["name"] for a in kv["acts"]]
+    assert "preemption storm" in [a["name"] for a in kv["acts"]]
     assert kv["timeline"][-1]["generated_tokens"] >= 12 * 600
 
     with_rp, defaults = spec["runs"]
