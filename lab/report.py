@@ -342,7 +342,7 @@ def _kv_pressure(phase: PhaseResult, k: KvPressureResult) -> list[str]:
     out = _startup_facts(k.startup)
     out += [
         f"{k.requests} concurrent requests, {k.completed} completed, {k.failed} failed, "
-        f"in {k.duration_seconds:.0f} s. Preemptions: {k.preemptions_total:g} in total, "
+        f"in {k.flood_seconds:.0f} s. Preemptions: {k.preemptions_total:g} in total, "
         f"the largest jump **{k.max_preemption_jump:g}** in one poll. Peak KV usage "
         f"{_pct(k.peak_kv_cache_usage)}, peak queue {_int(k.peak_waiting)}.",
         "",

@@ -171,7 +171,7 @@ class KvPressureResult:
     requests: int
     completed: int
     failed: int
-    duration_seconds: float
+    flood_seconds: float  # from the first request sent to the last answered
     timeline: tuple[TimelinePoint, ...]
     acts: tuple[Act, ...]
     max_preemption_jump: float

@@ -244,7 +244,7 @@ class Lab:
                 requests=phase.concurrency,
                 completed=len(completions),
                 failed=len(errors) + len(pending),
-                duration_seconds=time.monotonic() - started,
+                flood_seconds=time.monotonic() - started,
                 timeline=tuple(timeline),
                 request_errors=tuple(sorted(set(errors)))[:10],
                 **summary,  # type: ignore[arg-type]

@@ -290,7 +290,7 @@ def synthetic_results() -> LabResults:
         requests=32,
         completed=32,
         failed=0,
-        duration_seconds=25.0,
+        flood_seconds=25.0,
         timeline=timeline,
         **pressure_summary(timeline, 0.95),  # type: ignore[arg-type]
     )
@@ -386,6 +386,7 @@ def test_results_json_has_the_contract_keys(tmp_path: Path) -> None:
     assert {"name", "predicted_tpot_seconds", "error_ratio"} <= set(fit["predictions"][2])
     assert kv["kv_cache_blocks"] == 57344 // 16 and kv["kv_cache_tokens"] == 57344
     assert kv["max_preemption_jump"] == 13
+    assert (kv["duration_seconds"], kv["flood_seconds"]) == (100, 25)  # the phase, the flood
     assert kv["timeline"][3] == {
         "t": 15,
         "running": 24,
