@@ -86,7 +86,9 @@ def _int(value: float | None) -> str:
 def _pct(value: float | None, signed: bool = False) -> str:
     if value is None:
         return "–"
-    return f"{value:+.1%}" if signed else f"{value:.0%}"
+    if signed:
+        return f"{value:+.1%}" if abs(value) >= 0.0005 else "±0.0%"
+    return f"{value:.0%}"
 
 
 def _ratio(value: float | None, first: float | None) -> str:
@@ -535,7 +537,7 @@ def plot_quantization(q: QuantizationResult, title: str) -> bytes:
             zorder=4,
         )
         ax.annotate(
-            f"{p.name} ({p.error_ratio:+.1%})",
+            f"{p.name} ({_pct(p.error_ratio, signed=True)})",
             (p.weights_gib, p.tpot_seconds * 1000),
             textcoords="offset points",
             xytext=(6, -14 if i % 2 == 0 else 8),  # alternate: close points stay legible

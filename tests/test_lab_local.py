@@ -466,3 +466,25 @@ def test_tiny_model_references_become_generated_directories(tmp_path: Path) -> N
     config = json.loads((model / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"]) == (128, 1)
     assert (model / "model.safetensors").stat().st_size > 128 * 1024 * 2
+
+
+def test_progress_prints_plain_lines_when_not_a_terminal() -> None:
+    import io
+
+    now = [100.0]
+    stream = io.StringIO()
+    with Progress(stream, tty=False, clock=lambda: now[0], quiet_seconds=15) as progress:
+        progress.begin("quantization", "AWQ")
+        progress.status("starting the server")
+        now[0] += 65
+        progress.status("1 request(s)")
+        progress.tokens(32, 128)  # within the quiet period after the last line: kept quiet
+        now[0] += 20
+        progress.tokens(128, 128)
+        progress.note("  AWQ: 128 tokens")
+    assert stream.getvalue().splitlines() == [
+        "quantization › AWQ  0:00  starting the server",
+        "quantization › AWQ  1:05  1 request(s)",
+        "quantization › AWQ  1:25  1 request(s)  ████████████████████████ 128/128 tokens",
+        "  AWQ: 128 tokens",
+    ]

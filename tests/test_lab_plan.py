@@ -313,3 +313,17 @@ def test_the_demo_leaves_awq_out_on_a_cpu_without_avx512() -> None:
     assert isinstance(quant, QuantizationPhase)
     assert [v.name for v in quant.variants] == ["small-bf16", "medium-bf16", "large-bf16"]
     assert trimmed.phases[1:] == plan.phases[1:]
+
+
+def test_kubernetes_run_without_a_cluster_configuration_is_refused_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No Kubernetes API server can run here: without in-cluster credentials or a
+    # kube-config, the run stops before anything is patched.
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code = lab_main(["run", "seed-l40s", "--out", str(tmp_path / "out")], "lab")
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "cannot set up the kubernetes backend: no Kubernetes configuration" in err
+    assert not (tmp_path / "out" / "results.json").exists()
