@@ -8,6 +8,7 @@ prints plain lines: when something starts or ends, and a status line at most eve
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
@@ -106,7 +107,9 @@ class Progress:
         while not self._stop.wait(0.5):
             with self._lock:
                 if self._where:
-                    self._write("\r\x1b[K" + self.line())
+                    # A line longer than the terminal would wrap and never be erased.
+                    width = shutil.get_terminal_size().columns
+                    self._write("\r\x1b[K" + self.line()[: max(width - 1, 20)])
 
     def _write(self, text: str) -> None:
         try:
