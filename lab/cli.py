@@ -2,6 +2,7 @@
 
     glassbox lab run PLAN.yaml [--backend kubernetes|local] [--out DIR]
                                [--server-command CMD] [--metrics-listen HOST:PORT]
+                               [--prometheus URL]
     glassbox lab check PLAN.yaml
 
 PLAN may also name a plan shipped with glassbox (`cpu-demo`, `seed-l40s`).
@@ -15,6 +16,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from .backend import Backend
 from .kubernetes import exit_code as stopped_exit_code
 from .plan import Plan, PlanError, load_plan, packaged_plan
 from .progress import Progress
-from .report import write_outputs
+from .report import dashboard_images, write_outputs
 from .results import LabResults
 from .runner import STOPPED, Lab, run_lab
 from .server_process import DEFAULT_COMMAND
@@ -54,6 +56,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--metrics-listen",
         metavar="HOST:PORT",
         help="serve glassbox_lab_phase_info on HOST:PORT/metrics while running",
+    )
+    run.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="a Prometheus scraping this vLLM and its exporter: the dashboards over the "
+        "run are drawn into the report at the end",
     )
     run.add_argument(
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
@@ -132,6 +140,8 @@ def run(args: argparse.Namespace, prog: str) -> int:
         plan = resolve_plan(args.plan)
         kind = choose_backend(plan, args.backend)
         listen = parse_listen(args.metrics_listen) if args.metrics_listen else None
+        if args.prometheus and not args.prometheus.startswith(("http://", "https://")):
+            raise ValueError(f"--prometheus: {args.prometheus!r} is not an http(s) URL")
     except (PlanError, ValueError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -162,6 +172,14 @@ def run(args: argparse.Namespace, prog: str) -> int:
                 return EXIT_USAGE
             lab = Lab(backend, progress, observers, publish=lambda r: write_outputs(r, out))
             results = run_lab(plan, lab)
+            if args.prometheus:
+                progress.status("drawing the dashboards")
+                images, problem = dashboard_images(
+                    args.prometheus, out, results.started_at, results.ended_at or time.time()
+                )
+                results.images.update(images)
+                results.notes.extend([problem] if problem else [])
+                write_outputs(results, out)
     except STOPPED as e:
         restored = "the server was stopped" if kind == "local" else "the args were restored"
         print(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from .kubernetes import exit_code as stopped_exit_code
 from .local import LocalBackend
 from .plan import TINY_PREFIX, Phase, Plan, PlanError, QuantizationPhase, load_plan, packaged_plan
 from .progress import Progress
-from .report import EXPORTER_COLUMNS, summary_lines, write_outputs
+from .report import EXPORTER_COLUMNS, dashboard_images, summary_lines, write_outputs
 from .results import ExporterSeries, LabResults
 from .runner import STOPPED, Lab, run_lab
 from .server_process import DEFAULT_COMMAND, free_port
@@ -195,22 +194,6 @@ def prometheus(workdir: Path, targets: dict[str, int]) -> Iterator[str | None]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def dashboard_images(
-    prometheus_url: str, out: Path, start: float, end: float
-) -> tuple[dict[str, str], str | None]:
-    """Dashboard PNGs drawn from Prometheus' data, when the dashboards package can."""
-    try:
-        snapshot = importlib.import_module("vllm_glassbox.dashboards.snapshot")
-        files: list[Path] = snapshot.render_snapshots(
-            prometheus_url, out / "dashboards", start, end
-        )
-    except Exception as e:  # pictures are a bonus: the report stands without them
-        return {}, f"dashboard snapshots not drawn: {type(e).__name__}: {e}"
-    # One picture per dashboard in the report; the panels' own PNGs stay beside them.
-    whole = sorted(p for p in files if p.parent == out / "dashboards")
-    return {f"dashboard {p.stem}": str(p.relative_to(out)) for p in whole}, None
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

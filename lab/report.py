@@ -9,6 +9,7 @@ run is interrupted while writing.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -55,6 +56,22 @@ def write_atomic(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def dashboard_images(
+    prometheus_url: str, out: Path, start: float, end: float
+) -> tuple[dict[str, str], str | None]:
+    """Dashboard PNGs drawn from Prometheus' data, when the dashboards package can."""
+    try:
+        snapshot = importlib.import_module("vllm_glassbox.dashboards.snapshot")
+        files: list[Path] = snapshot.render_snapshots(
+            prometheus_url, out / "dashboards", start, end
+        )
+    except Exception as e:  # pictures are a bonus: the report stands without them
+        return {}, f"dashboard snapshots not drawn: {type(e).__name__}: {e}"
+    # One picture per dashboard in the report; the panels' own PNGs stay beside them.
+    whole = sorted(p for p in files if p.parent == out / "dashboards")
+    return {f"dashboard {p.stem}": str(p.relative_to(out)) for p in whole}, None
 
 
 def write_outputs(results: LabResults, out_dir: Path) -> None:
