@@ -244,7 +244,8 @@ def serve(config: ExporterConfig, stop: threading.Event | None = None) -> None:
     poll_thread.start()
     serve_thread.start()
     host, port = server.server_address[:2]
-    log.info("serving on http://%s:%s/metrics target=%s", host, port, config.target)
+    shown = f"[{host}]" if ":" in str(host) else host
+    log.info("serving on http://%s:%s/metrics target=%s", shown, port, config.target)
     try:
         stop.wait()
     finally:

@@ -22,11 +22,15 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter.cli import build_parser, config_from_args, main
-from vllm_glassbox.exporter.service import ExporterConfig
+from vllm_glassbox.exporter.derive import WINDOWED
+from vllm_glassbox.exporter.service import ExporterConfig, Poller
+from vllm_glassbox.exporter.textformat import ERROR_REASONS
 from vllm_glassbox.exporter.weights import GPU_MEMORY_BANDWIDTH, weights_from_config
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, write_safetensors
 
-from tests.misbehaving import FakeVllm, Misbehaving
+from tests.fixtures import log as fixture_log
+from tests.fixtures import page as fixture_page
+from tests.misbehaving import FakeVllm, Misbehaving, body
 
 GLASSBOX = str(Path(sys.executable).parent / "glassbox")
 GIB = 1024**3
@@ -392,3 +396,60 @@ def test_kv_tokens_from_the_vllm_log_are_published(target: Misbehaving, tmp_path
             f.write(CPU_LOG_LINE)
         assert e.wait_value("glassbox_kv_cache_logged_capacity_tokens") == 4096.0
         assert e.stop() == 0
+
+
+# --- docs/exporter.md against the code --------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "exporter.md"
+TABLE_BEGIN = "<!-- windowed-series: begin (generated) -->\n"
+TABLE_END = "\n<!-- windowed-series: end -->"
+
+
+def _windowed_table() -> str:
+    rows = ["| series | what it is: formula |", "| --- | --- |"]
+    rows += [f"| `{series.name}` | {series.help} |" for series in WINDOWED]
+    return "\n".join(rows)
+
+
+def test_docs_table_of_windowed_series_matches_the_code(update_golden: bool) -> None:
+    text = DOC.read_text()
+    head, rest = text.split(TABLE_BEGIN)
+    table, tail = rest.split(TABLE_END)
+    if update_golden:
+        DOC.write_text(head + TABLE_BEGIN + _windowed_table() + TABLE_END + tail)
+        return
+    assert table == _windowed_table(), "run pytest --update-golden to regenerate the table"
+
+
+def test_docs_name_every_flag() -> None:
+    text = DOC.read_text()
+    flags = [
+        flag
+        for action in build_parser("glassbox exporter")._actions
+        for flag in action.option_strings
+        if flag.startswith("--") and flag != "--help"
+    ]
+    assert len(flags) == 12
+    missing = [flag for flag in flags if f"| `{flag}" not in text]
+    assert missing == []
+
+
+def test_docs_name_every_error_reason() -> None:
+    text = DOC.read_text()
+    assert [r for r in ERROR_REASONS if f"| `{r}` |" not in text] == []
+
+
+def test_docs_name_every_series_the_exporter_publishes(tmp_path: Path) -> None:
+    """Everything on: speculation, weights from a log, peak bandwidth, KV memory."""
+    log = tmp_path / "vllm.log"
+    log.write_text(fixture_log("v0.11.0-tp2.log"))
+    with Misbehaving() as target:
+        poller = Poller(ExporterConfig(target=target.url, vllm_log=str(log), peak_bandwidth=864e9))
+        for name in ("cpu-0.32/spec-idle.txt", "cpu-0.32/spec-after-1x256.txt"):
+            target.behave(body(fixture_page(name)))
+            assert poller.poll_once()
+        poller.fetcher.close()
+    published = {s.name for family in poller.published for s in family.samples}
+    assert len(published) >= 30
+    text = DOC.read_text()
+    assert sorted(n for n in published if f"`{n}" not in text) == []
