@@ -488,3 +488,29 @@ def test_progress_prints_plain_lines_when_not_a_terminal() -> None:
         "quantization › AWQ  1:25  1 request(s)  ████████████████████████ 128/128 tokens",
         "  AWQ: 128 tokens",
     ]
+
+
+@pytest.mark.prometheus
+def test_the_demo_runs_the_exporter_beside_each_server_and_draws_the_dashboards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vllm_glassbox.lab.demo import main as demo_main
+
+    out = tmp_path / "out"
+    plan = write_plan(tmp_path, plan_data())
+    code = demo_main(["--plan", str(plan), "--out", str(out), "--server-command", SERVER_COMMAND])
+    assert code == 0
+    stdout = capsys.readouterr().out
+    assert "glassbox demo finished in" in stdout and str(out / "report.md") in stdout
+    results = json.loads((out / "results.json").read_text())
+    # The exporter's view of each segment: its windowed TPOT of the stand-in's requests.
+    segments = {e["segment"]: e["values"] for e in results["exporter"]}
+    assert list(segments) == ["quant › big", "quant › small", "flood", "spec"]
+    assert segments["quant › big"]["glassbox_kv_cache_capacity_tokens"] == 16384
+    assert segments["quant › big"]["glassbox_time_per_output_token_seconds"] == pytest.approx(0.002)
+    assert segments["spec"]["glassbox_tokens_per_forward_pass"] > 1
+    report = (out / "report.md").read_text()
+    assert "## The exporter's live series" in report
+    for board in ("glassbox-overview", "glassbox-decode", "glassbox-kv-cache"):
+        assert f"(dashboards/{board}.png)" in report
+        assert (out / "dashboards" / f"{board}.png").read_bytes().startswith(b"\x89PNG")
