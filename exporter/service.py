@@ -243,8 +243,9 @@ def serve(config: ExporterConfig, stop: threading.Event | None = None) -> None:
     serve_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     poll_thread.start()
     serve_thread.start()
-    host, port = server.server_address[:2]
-    shown = f"[{host}]" if ":" in str(host) else host
+    host = config.listen_host
+    shown = f"[{host}]" if ":" in host else host
+    port = server.server_address[1]
     log.info("serving on http://%s:%s/metrics target=%s", shown, port, config.target)
     try:
         stop.wait()
