@@ -84,6 +84,7 @@ class Poller:
             self.checkpoint_weights = resolve_checkpoint_weights(config.model_dir)
         self.vllm_version: str | None = None
         self.last_success_unix: float | None = None
+        self._failing: str | None = None  # reason of the failure in progress
         self._published: list[Metric] = []
         self._publish(up=False, duration=0.0, snapshot=None)
 
@@ -108,7 +109,14 @@ class Poller:
             snapshot = read_snapshot(self.fetcher.get_text("/metrics"), self.limits)
         except PageError as e:
             self.errors[e.reason] += 1
-            log.error("poll failed target=%s reason=%s err=%s", self.config.target, e.reason, e)
+            # An error line when the failure starts or changes; the counter has the rest.
+            level = logging.DEBUG if e.reason == self._failing else logging.ERROR
+            target = self.config.target
+            log.log(level, "poll failed target=%s reason=%s err=%s", target, e.reason, e)
+            self._failing = e.reason
+        if snapshot is not None and self._failing is not None:
+            log.info("poll succeeded again target=%s", self.config.target)
+            self._failing = None
         if snapshot is not None:
             restarted = self.history.add(snapshot, started)
             self.last_success_unix = time.time()

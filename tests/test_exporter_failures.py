@@ -16,6 +16,7 @@ switched from a healthy fake vLLM to one failure and back. For each failure:
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
 import time
@@ -401,3 +402,29 @@ def test_restart_with_counters_already_past_the_old_values_is_seen_by_start_time
             got = s.value(name)
             if got is not None:
                 assert got == pytest.approx(want, rel=1e-9, abs=1e-12), (name, got)
+
+
+def test_a_failure_is_logged_when_it_starts_not_at_every_poll(
+    target: Misbehaving, caplog: pytest.LogCaptureFixture
+) -> None:
+    poller = Poller(ExporterConfig(target=target.url, timeout_seconds=TIMEOUT))
+    caplog.set_level(logging.DEBUG, logger="glassbox.exporter")
+    try:
+        assert poller.poll_once()
+        target.behave(status(500))
+        for _ in range(3):
+            assert not poller.poll_once()
+        target.behave(status(503))
+        assert not poller.poll_once()
+        target.behave(healthy(target.fake))
+        assert poller.poll_once()
+    finally:
+        poller.fetcher.close()
+    seen = [(r.levelname, r.getMessage().split(" err=")[0]) for r in caplog.records]
+    assert seen == [
+        ("ERROR", f"poll failed target={target.url} reason=http_status"),
+        ("DEBUG", f"poll failed target={target.url} reason=http_status"),
+        ("DEBUG", f"poll failed target={target.url} reason=http_status"),
+        ("DEBUG", f"poll failed target={target.url} reason=http_status"),
+        ("INFO", f"poll succeeded again target={target.url}"),
+    ]
