@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .backend import Backend
-from .kubernetes import exit_code as stopped_exit_code
+from .backend import exit_code as stopped_exit_code
 from .plan import Plan, PlanError, load_plan, packaged_plan
 from .progress import Progress
 from .report import dashboard_images, write_outputs

@@ -27,7 +27,7 @@ from vllm_glassbox.exporter.service import ExporterConfig, serve
 from vllm_glassbox.exporter.textformat import PageError, parse_samples
 
 from .backend import Deployed
-from .kubernetes import exit_code as stopped_exit_code
+from .backend import exit_code as stopped_exit_code
 from .local import LocalBackend
 from .plan import TINY_PREFIX, Phase, Plan, PlanError, QuantizationPhase, load_plan, packaged_plan
 from .progress import Progress

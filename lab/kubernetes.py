@@ -22,16 +22,11 @@ uses (tests/k8s_double.py).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar
 
 import urllib3
@@ -44,7 +39,7 @@ from ..exporter.fetch import Fetcher
 from ..exporter.snapshot import read_snapshot
 from ..exporter.textformat import PageError
 from .args import apply_overrides, flag_value
-from .backend import Backend, Deployed, FlagOverrides
+from .backend import Deployed, FlagOverrides
 
 _NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _T = TypeVar("_T")
@@ -482,71 +477,11 @@ def _serving_problem(fetcher: Fetcher) -> str | None:
     return None
 
 
-# -- always restore ----------------------------------------------------------------------
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived. A BaseException, like KeyboardInterrupt: `except Exception` in a
-    phase must not swallow it and carry on."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"terminated by signal {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated(signum)
-
-
-def _hold_on(signum: int, frame: FrameType | None) -> None:
-    print(
-        f"{signal.Signals(signum).name} received while restoring the original state; "
-        "finishing that first (SIGKILL aborts it and leaves the changes in place)",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-@contextlib.contextmanager
-def restoring(backend: Backend) -> Iterator[Backend]:
-    """Run the body, then always `backend.restore()`: on success, on error, on Ctrl-C
-    (KeyboardInterrupt) and on SIGTERM (raised as `Terminated`). While restoring, further
-    SIGINT/SIGTERM are reported and ignored, so a second Ctrl-C cannot leave a patched
-    Deployment behind. Signal handlers are installed only in the main thread."""
-    main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
-    if main:
-        signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield backend
-    finally:
-        if main:
-            signal.signal(signal.SIGINT, _hold_on)
-            signal.signal(signal.SIGTERM, _hold_on)
-        try:
-            backend.restore()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-
-def exit_code(error: BaseException) -> int:
-    """The shell's convention for a run ended by `error`: 128 + signal, else 1."""
-    if isinstance(error, Terminated):
-        return 128 + error.signum
-    if isinstance(error, KeyboardInterrupt):
-        return 128 + signal.SIGINT
-    return 1
-
-
 __all__ = [
     "KubernetesBackend",
     "KubernetesError",
-    "Terminated",
     "Timeouts",
-    "exit_code",
     "label_selector",
-    "restoring",
     "rollout_problem",
     "served_model_name",
 ]

@@ -30,8 +30,7 @@ from .analysis import (
     startup_facts,
     timeline_point,
 )
-from .backend import Backend, Deployed, FlagOverrides
-from .kubernetes import Terminated, restoring
+from .backend import Backend, Deployed, FlagOverrides, Terminated, restoring
 from .measure import Completion, LabError, Measured, Sampler, VllmClient, increase
 from .plan import KvPressurePhase, Phase, Plan, QuantizationPhase, Request, SpecDecodePhase
 from .progress import Progress

@@ -22,14 +22,12 @@ import yaml
 from kubernetes import client as k8s
 from vllm_glassbox.exporter.startup_log import read_facts
 from vllm_glassbox.lab.args import REMOVE
-from vllm_glassbox.lab.backend import Backend
+from vllm_glassbox.lab.backend import Backend, exit_code, restoring
 from vllm_glassbox.lab.kubernetes import (
     KubernetesBackend,
     KubernetesError,
     Timeouts,
-    exit_code,
     label_selector,
-    restoring,
     rollout_problem,
 )
 
@@ -382,7 +380,8 @@ def test_from_environment_falls_back_to_kube_config(
 SCENARIO = textwrap.dedent("""
     import sys, time
     from kubernetes import client as k8s
-    from vllm_glassbox.lab.kubernetes import KubernetesBackend, Timeouts, exit_code, restoring
+    from vllm_glassbox.lab.backend import exit_code, restoring
+    from vllm_glassbox.lab.kubernetes import KubernetesBackend, Timeouts
 
     api_url, service_url = sys.argv[1:3]
     backend = KubernetesBackend(
