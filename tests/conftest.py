@@ -14,8 +14,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-golden", action="store_true",
-                     help="rewrite golden files from the current output instead of comparing")
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite golden files from the current output instead of comparing",
+    )
 
 
 @pytest.fixture(scope="session")
