@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import random
 import socket
 import struct
 import threading
@@ -240,7 +241,7 @@ def healthy(fake: FakeVllm) -> Behaviour:
 
 def status(code: int) -> Behaviour:
     def run(h: _Handler) -> None:
-        body = b"Internal Server Error\n"
+        body = f"HTTP {code}\n".encode()
         h.send_response(code)
         h.send_header("Content-Length", str(len(body)))
         h.send_header("Connection", "close")
@@ -250,12 +251,12 @@ def status(code: int) -> Behaviour:
     return run
 
 
-def body(data: bytes | str, declared: int | None = -1) -> Behaviour:
-    """Send `data`; Content-Length = len(data) (-1), a given number, or none (close)."""
+def body(data: bytes | str) -> Behaviour:
+    """Send `data`, whatever it is, with an honest Content-Length."""
     raw = data.encode() if isinstance(data, str) else data
 
     def run(h: _Handler) -> None:
-        h.send_head(len(raw) if declared == -1 else declared)
+        h.send_head(len(raw))
         h.wfile.write(raw)
 
     return run
@@ -263,13 +264,7 @@ def body(data: bytes | str, declared: int | None = -1) -> Behaviour:
 
 def garbage(size: int = 64 * 1024, seed: int = 7) -> Behaviour:
     """Random bytes: not UTF-8, not text."""
-    return body(random_bytes(size, seed))
-
-
-def random_bytes(size: int, seed: int) -> bytes:
-    import random
-
-    return random.Random(seed).randbytes(size)
+    return body(random.Random(seed).randbytes(size))
 
 
 def truncated(fake: FakeVllm, honest: bool) -> Behaviour:
