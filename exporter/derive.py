@@ -87,7 +87,8 @@ def tokens_per_forward_pass(d: Increase) -> float | None:
 
 
 def engine_steps_per_second(d: Increase) -> float | None:
-    return ratio(d[s.ENGINE_STEPS], d.seconds)
+    # Without vLLM's step histogram on the page there is no rate, not a rate of 0.
+    return ratio(d[s.ENGINE_STEPS], d.seconds) if d.has(s.ENGINE_STEPS) else None
 
 
 def generation_tokens_per_second(d: Increase) -> float | None:
@@ -100,6 +101,11 @@ def tokens_per_engine_step(d: Increase) -> float | None:
 
 def time_to_first_token(d: Increase) -> float | None:
     return ratio(d[s.TTFT_SUM], d[s.TTFT_COUNT])
+
+
+def request_prefill_seconds(d: Increase) -> float | None:
+    """Mean prefill time of the requests that finished (vLLM's engine-core timestamps)."""
+    return ratio(d[s.PREFILL_SUM], d[s.PREFILL_COUNT])
 
 
 def preemptions_per_second(d: Increase) -> float | None:
@@ -141,7 +147,7 @@ def spec_draft_coverage(d: Increase) -> float | None:
 
 def weight_bytes_per_output_token(d: Increase, weights_bytes: float | None) -> float | None:
     """Weight bytes read per generated token: each engine step reads every weight once."""
-    r = ratio(d[s.ENGINE_STEPS], d[s.GENERATION_TOKENS])
+    r = ratio(d[s.ENGINE_STEPS], d[s.GENERATION_TOKENS]) if d.has(s.ENGINE_STEPS) else None
     return None if r is None or weights_bytes is None else weights_bytes * r
 
 

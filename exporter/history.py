@@ -47,12 +47,17 @@ class History:
             base = prev.totals.get(key) if prev else None
             adjusted: dict[str, float] = {}
             for name, value in sample.counters.items():
-                if before is None or base is None or name not in before:
-                    adjusted[name] = 0.0  # first sight: its past is not in any window
+                if before is None or base is None:
+                    adjusted[name] = 0.0  # a new engine: its past is not in any window
                     continue
-                if value < before[name]:
-                    decreased = True
-                step = value if restarted else counter_increase(before[name], value)
+                if name not in before:
+                    # Created since the last poll on a known engine: all of it is new
+                    # (as increase_between counts it for the lab).
+                    step = value
+                else:
+                    if value < before[name]:
+                        decreased = True
+                    step = value if restarted else counter_increase(before[name], value)
                 adjusted[name] = base.get(name, 0.0) + step
             totals[key] = adjusted
         self._entries.append(

@@ -205,6 +205,7 @@ def make_server(poller: Poller, host: str, port: int) -> ThreadingHTTPServer:
 
     class Handler(BaseHTTPRequestHandler):
         server_version = f"glassbox/{__version__}"
+        timeout = 10  # a client that connects and says nothing must not hold a thread
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]

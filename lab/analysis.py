@@ -105,7 +105,7 @@ def request_stats(completions: Sequence[Completion], d: Increase) -> RequestStat
         tokens_per_forward_pass=derive.tokens_per_forward_pass(d),
         decode_seconds=d[s.ITL_SUM],
         # The core has no prefill series; this is vLLM's own histogram mean.
-        prefill_seconds=derive.ratio(d[s.PREFILL_SUM], d[s.PREFILL_COUNT]),
+        prefill_seconds=derive.request_prefill_seconds(d),
         engine_steps=d[s.ENGINE_STEPS],
         drafts=d[s.SPEC_DRAFTS],
         draft_tokens=d[s.SPEC_DRAFT_TOKENS],
@@ -183,7 +183,7 @@ def preemption_jumps(timeline: Sequence[TimelinePoint]) -> list[float]:
     previous = 0.0
     jumps = []
     for p in timeline:
-        jumps.append(max(p.preemptions - previous, 0.0))
+        jumps.append(derive.counter_increase(previous, p.preemptions))
         previous = p.preemptions
     return jumps
 

@@ -67,9 +67,11 @@ class LocalBackend:
         self.started += 1
         label = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model or "server").name)
         log_path = self.log_dir / f"{self.started:02d}-{label}.log"
+        # Known to restore() before it exists as a process: Ctrl-C cannot slip between.
         self._server = ServerProcess(
             args, log_path, command=self.server_command, port=self.port, env=self.env
-        ).start()
+        )
+        self._server.start()
         self._server.wait_ready(self.target.startup_timeout_seconds)
         return Deployed(
             url=self._server.url,

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -23,7 +22,8 @@ import httpx
 
 DEFAULT_COMMAND = f"{shlex.quote(sys.executable)} -m vllm.entrypoints.openai.api_server"
 
-_live: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
+# Strong references: a server dropped without stop() must still be stopped at exit.
+_live: set[ServerProcess] = set()
 
 
 class ServerError(RuntimeError):

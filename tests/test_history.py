@@ -163,13 +163,13 @@ def test_an_engine_that_disappears_and_reappears_starts_its_window_again() -> No
     assert increases[engine0][s.GENERATION_TOKENS] == mid[s.GENERATION_TOKENS] - 256
 
 
-def test_a_counter_vllm_creates_late_counts_from_its_first_sighting() -> None:
+def test_a_counter_vllm_creates_late_counts_from_zero() -> None:
     history = History(60.0, 100)
     history.add(Snapshot({TINY: s.EngineSample({s.GENERATION_TOKENS: 10}, {})}), 0.0)
     history.add(Snapshot({TINY: s.EngineSample({s.GENERATION_TOKENS: 20, "late": 5}, {})}), 5.0)
     history.add(Snapshot({TINY: s.EngineSample({s.GENERATION_TOKENS: 30, "late": 8}, {})}), 10.0)
     d = history.increases()[TINY]
-    assert (d[s.GENERATION_TOKENS], d["late"]) == (20, 3)
+    assert (d[s.GENERATION_TOKENS], d["late"]) == (20, 8)  # created after the first poll
 
 
 # --- memory ------------------------------------------------------------------------------------
@@ -209,3 +209,29 @@ def test_history_always_keeps_two_polls_to_compare(max_entries: int) -> None:
     for at, name in PLAIN:
         history.add(snap(name), at)
     assert history.increases()[TINY][s.GENERATION_TOKENS] == 128
+
+
+def _engine_snapshot(counters: dict[str, float]) -> Snapshot:
+    return Snapshot({TINY: s.EngineSample(counters, {})}, process_start_time=1.0)
+
+
+def test_a_counter_created_since_the_last_poll_counts_from_zero_like_the_lab() -> None:
+    before = {s.ITL_COUNT: 100.0, s.GENERATION_TOKENS: 100.0}
+    after = {s.ITL_COUNT: 120.0, s.GENERATION_TOKENS: 120.0, s.SPEC_DRAFTS: 10.0}
+    history = History(60.0, 10)
+    history.add(_engine_snapshot(before), 0.0)
+    history.add(_engine_snapshot(after), 5.0)
+    windowed = history.increases()[TINY]
+    assert windowed[s.SPEC_DRAFTS] == 10.0
+    assert derive.spec_draft_coverage(windowed) == 0.5
+    assert windowed.counters == derive.increase_between(before, after, 5.0).counters
+    assert history.restarts == 0
+
+
+def test_without_the_step_histogram_step_rates_are_absent_not_zero() -> None:
+    d = derive.Increase({s.GENERATION_TOKENS: 50.0, s.ITL_COUNT: 40.0}, 10.0)
+    assert derive.engine_steps_per_second(d) is None
+    assert derive.weight_bytes_per_output_token(d, 1e9) is None
+    with_steps = derive.Increase({s.GENERATION_TOKENS: 50.0, s.ENGINE_STEPS: 25.0}, 10.0)
+    assert derive.engine_steps_per_second(with_steps) == 2.5
+    assert derive.weight_bytes_per_output_token(with_steps, 1e9) == 5e8
