@@ -275,7 +275,9 @@ def test_failure_is_counted_while_serving_and_recovers(
     assert others == {}, f"counted under other reasons too: {others}"
     assert DERIVED & down.names() == set(), "stale vLLM-derived series while down"
     duration = down.value("glassbox_scrape_duration_seconds")
-    assert duration is not None and duration <= TIMEOUT + 0.25, f"poll took {duration}s"
+    # The deadline holds: without it a drip would run for minutes. The margin is for a
+    # loaded machine's scheduling, not for the fetch.
+    assert duration is not None and duration <= TIMEOUT + 1.0, f"poll took {duration}s"
     assert peak < MEMORY_BOUND, f"peak {peak / 2**20:.1f} MiB during the bad poll"
 
     if behaviour is None:
