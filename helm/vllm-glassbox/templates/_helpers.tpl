@@ -199,3 +199,11 @@ PodMonitor that is on (one of the two scrapes each target). */}}
 {{- define "vllm-glassbox.logFile" -}}
 {{- printf "%s/vllm.log" (trimSuffix "/" .Values.vllm.log.dir) }}
 {{- end }}
+
+{{/* The exporter of one target in exporter mode: "<fullname>-glassbox-<target>", the
+fullname cut so that the whole fits 63 characters and keeps "glassbox". Call with
+(list $ TARGET-NAME). */}}
+{{- define "vllm-glassbox.targetName" -}}
+{{- $root := index . 0 }}{{- $target := index . 1 }}
+{{- printf "%s-glassbox-%s" (include "vllm-glassbox.fullname" $root | trunc (int (sub 53 (len $target))) | trimSuffix "-") $target }}
+{{- end }}
