@@ -143,7 +143,8 @@ def test_values_with_a_typo_or_a_wrong_type_are_refused(
     [
         (
             {"vllm": {"startupProbe": {"failureThreshold": 200}}},
-            r"vllm.startupProbe: its budget .* = 2000s\) exceeds vllm.progressDeadlineSeconds \(1500\)",
+            r"vllm.startupProbe: its budget .* = 2000s\) exceeds "
+            r"vllm.progressDeadlineSeconds \(1500\)",
         ),
         (
             {"vllm": {"progressDeadlineSeconds": 2000}},
