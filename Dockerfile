@@ -14,7 +14,7 @@ COPY build/wheels/ /wheels/
 RUN python3 -m venv /opt/glassbox \
  && /opt/glassbox/bin/pip install --no-index --find-links /wheels --no-cache-dir \
       --disable-pip-version-check "vllm-glassbox${EXTRAS:+[$EXTRAS]}" \
- && /opt/glassbox/bin/pip uninstall -y -q pip
+ && /opt/glassbox/bin/pip uninstall -y -q setuptools pip
 
 FROM ${BASE}
 LABEL org.opencontainers.image.title="vllm-glassbox" \
