@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -141,7 +140,6 @@ def image(docker: Docker) -> Built:
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     added = docker.image_size(IMAGE) - docker.image_size(BASE_IMAGE)
     built = Built(IMAGE, added, time.monotonic() - started)
-    print(f"\nimage: {IMAGE} adds {added / 1e6:.1f} MB to {BASE_IMAGE}", file=sys.stderr)
     return built
 
 
@@ -335,7 +333,11 @@ def stack(
 # -- the tests -------------------------------------------------------------------------
 
 
-def test_the_image_adds_at_most_60_mb_to_its_base(image: Built) -> None:
+def test_the_image_adds_at_most_60_mb_to_its_base(
+    image: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with capsys.disabled():
+        print(f"\n[image] {IMAGE} adds {image.added_bytes / 1e6:.1f} MB to {BASE_IMAGE}")
     assert 0 < image.added_bytes <= MAX_ADDED_BYTES, f"{image.added_bytes / 1e6:.1f} MB"
 
 
