@@ -113,7 +113,14 @@ def docker() -> Iterator[Docker]:
             daemon.kill()
             daemon.wait()
         log.close()
-        shutil.rmtree(run_dir, ignore_errors=True)
+        _unmount_under(run_dir)  # dockerd leaves its netns bind mount in the exec root
+        shutil.rmtree(run_dir)
+
+
+def _unmount_under(folder: Path) -> None:
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(f"{folder}/")), reverse=True):
+        subprocess.run(["umount", mount], check=True)
 
 
 @dataclass
