@@ -83,13 +83,18 @@ def _hold_on(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def restoring(backend: Backend) -> Iterator[Backend]:
-    """Run the body, then always `backend.restore()`: on success, on error, on Ctrl-C
-    (KeyboardInterrupt) and on SIGTERM (raised as `Terminated`). While restoring, further
-    SIGINT/SIGTERM are reported and ignored, so a second Ctrl-C cannot leave a patched
-    Deployment behind. Signal handlers are installed only in the main thread."""
+    """Run the body, then always `backend.restore()`: on success, on error, on Ctrl-C or
+    SIGINT (KeyboardInterrupt, even when the process inherited SIGINT ignored) and on
+    SIGTERM (raised as `Terminated`). While restoring, further SIGINT/SIGTERM are reported
+    and ignored, so a second Ctrl-C cannot leave a patched Deployment behind. Signal
+    handlers are installed only in the main thread."""
     main = threading.current_thread() is threading.main_thread()
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     if main:
+        # Set both, whatever was inherited: a parent without job control (`cmd &` in a
+        # script, nohup, a CI runner) starts us with SIGINT ignored, and Python then never
+        # raises KeyboardInterrupt, so `kill -INT` would leave the changes in place.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield backend

@@ -31,6 +31,7 @@ from vllm_glassbox.lab.kubernetes import (
     rollout_problem,
 )
 
+from tests.jobs import with_sigint_ignored
 from tests.k8s_double import BYTES_PER_TOKEN, FakeCluster, Fault, Recorded, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -403,7 +404,8 @@ SCENARIO = textwrap.dedent("""
 def _start_scenario(cluster: FakeCluster) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, "-c", SCENARIO, cluster.api_url, cluster.service_url],
+        with_sigint_ignored([sys.executable, "-c", SCENARIO, cluster.api_url,
+                             cluster.service_url]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 
