@@ -4,7 +4,8 @@ A phase asks for vLLM's original arguments with some flags overridden *by name*;
 backend makes a server run with exactly that, waits until it serves, and hands back its
 URL and the startup log of that server. `restore()` puts things back as they were
 (stops the child process; restores the Deployment's original args). It is idempotent and
-is called on success, failure and interrupt.
+is called on success, failure and interrupt. `restore_leftover()` undoes what a killed
+run left (`glassbox lab restore`, and the start of every run).
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ class Backend(Protocol):
 
     def restore(self) -> None:
         """Undo every change: back to the original args, or no child process left."""
+        ...
+
+    def restore_leftover(self) -> str | None:
+        """Undo what an earlier run left behind because it was killed (SIGKILL, OOM, node
+        loss) before it could restore; say what was done, or None if nothing was left."""
         ...
 
 

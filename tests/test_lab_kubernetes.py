@@ -24,6 +24,7 @@ from vllm_glassbox.exporter.startup_log import read_facts
 from vllm_glassbox.lab.args import REMOVE
 from vllm_glassbox.lab.backend import Backend, exit_code, restoring
 from vllm_glassbox.lab.kubernetes import (
+    ANNOTATION,
     KubernetesBackend,
     KubernetesError,
     Timeouts,
@@ -83,9 +84,14 @@ def test_deploy_json_patches_only_the_vllm_containers_args(cluster: FakeCluster)
         "--kv-cache-memory-bytes", "8388608", "--gpu-memory-utilization=0.5",
     ]  # fmt: skip
     container = "/spec/template/spec/containers/1"  # after the exporter sidecar
+    record = {"container": "vllm", "args": ORIGINAL, "patched": expected}
     assert cluster.patches == [[
         {"op": "test", "path": f"{container}/name", "value": "vllm"},
         {"op": "test", "path": f"{container}/args", "value": ORIGINAL},
+        # The original args, recorded in the same atomic patch (the Deployment had no
+        # annotations: the whole map is added).
+        {"op": "add", "path": "/metadata/annotations",
+         "value": {ANNOTATION: json.dumps(record)}},
         {"op": "replace", "path": f"{container}/args", "value": expected},
     ]]  # fmt: skip
     patch = next(r for r in cluster.requests if r.method == "PATCH")
