@@ -124,19 +124,22 @@ def security_problems(args: argparse.Namespace) -> list[str]:
     try:
         tls_context(credentials)
     except (OSError, ssl.SSLError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
-        problems.append(f"--target-ca/cert/key-file: cannot load: {reason}")
+        problems.append(f"--target-ca/cert/key-file: cannot load: {_reason(e)}")
     if credentials.tls_files and not args.target.startswith("https://"):
         problems.append("--target-ca/cert/key-file need an https:// --target")
     if args.target_bearer_token_file:
         try:
             read_token(args.target_bearer_token_file)
         except (OSError, ValueError) as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else e
-            problems.append(f"--target-bearer-token-file: {reason}")
+            problems.append(f"--target-bearer-token-file: {_reason(e)}")
     if urlparse(args.target).password is not None:
         problems.append("--target: no credentials in the URL (they would show in logs)")
     return problems
+
+
+def _reason(error: Exception) -> str:
+    """An OSError's plain words (`No such file or directory`), else the error's text."""
+    return str(error.strerror if isinstance(error, OSError) and error.strerror else error)
 
 
 def target_credentials(args: argparse.Namespace) -> TargetCredentials:
