@@ -88,7 +88,11 @@ class MetricsServer:
     ) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # Bound here, so a busy port is an OSError for the caller, before any thread.
-        self.socket = socket.create_server((host, port), family=family, backlog=1024)
+        # `[::]` takes IPv4 too, as a plain IPv6 socket does on Linux by default.
+        dualstack = host == "::" and socket.has_dualstack_ipv6()
+        self.socket = socket.create_server(
+            (host, port), family=family, backlog=1024, dualstack_ipv6=dualstack
+        )
         self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
         self.route = route
         self.web = web

@@ -222,7 +222,7 @@ class BasicAuth:
         self.users = dict(users)
         self._verified: dict[str, tuple[bytes, bytes]] = {}  # user -> (hash, SHA-256)
         self._bcrypt_lock = threading.Lock()  # one bcrypt at a time: a flood of guesses
-        self._dummy = _dummy_hash(users)  # cannot take every core
+        self._dummy: bytes | None = None  # cannot take every core; made on first need
 
     @property
     def required(self) -> bool:
@@ -242,10 +242,14 @@ class BasicAuth:
         """Whether `user` and `password` match; costs one bcrypt unless cached."""
         if self.cached(user, password):
             return True
+        if not self.users:
+            return False
         import bcrypt
 
         stored = self.users.get(user)
         with self._bcrypt_lock:
+            if stored is None and self._dummy is None:
+                self._dummy = _dummy_hash(self.users)
             # bcrypt reads at most 72 bytes of a password (htpasswd's hashes too).
             ok = bcrypt.checkpw(password[:72], stored if stored is not None else self._dummy)
         if ok and stored is not None:
@@ -260,8 +264,6 @@ def _digest(user: str, password: bytes) -> bytes:
 
 def _dummy_hash(users: dict[str, bytes]) -> bytes:
     """A hash of the same cost as the real ones (the highest), matching no password."""
-    if not users:
-        return b""
     import bcrypt
 
     cost = max(int(_BCRYPT_HASH.fullmatch(h.decode()).group(1)) for h in users.values())  # type: ignore[union-attr]
