@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench_poll import SOAK_CYCLE, _serve, cpu_per_call, poller_for  # noqa: E402
+from bench_poll import SOAK_CYCLE, _serve, cpu_per_call, poller_for, rss_bytes  # noqa: E402
 
 from tests.fixtures import grow_engines, page  # noqa: E402
 
@@ -174,11 +174,15 @@ def main() -> int:
         poller.poll_once()
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
+        rss_before = rss_bytes()
+        for _ in range(50):  # the history (14 polls) full several times over
+            poller.poll_once()
         series = sum(1 for line in sixty_four.splitlines() if line and not line.startswith("#"))
         print(
             f"64-engine page: {len(sixty_four)} bytes, {series} series: {cpu * 1e3:.1f} ms CPU "
-            f"per poll, peak traced allocation during a poll {peak / 2**20:.1f} MiB; history of "
-            f"{poller.history.max_entries if hasattr(poller.history, 'max_entries') else '?'} polls"
+            f"per poll; peak of traced allocations during a poll {peak / 2**20:.1f} MiB; "
+            f"RSS of the polling process {rss_before / 2**20:.1f} -> {rss_bytes() / 2**20:.1f} "
+            "MiB over 50 more polls"
         )
         poller.fetcher.close()
     finally:
