@@ -208,6 +208,8 @@ def make_server(
 ) -> MetricsServer:
     """The HTTP server of `/metrics`, `/healthz` and `/`, bound now (`server.py`)."""
     registry = make_registry(poller)
+    if web is not None:
+        registry.register(web)  # whether the last change of the web config loaded
 
     def route(path: str) -> tuple[int, bytes, str]:
         if path == "/metrics":

@@ -34,11 +34,13 @@ import os
 import re
 import ssl
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 log = logging.getLogger("glassbox.exporter")
 
@@ -184,7 +186,7 @@ class WebConfigSource:
         self._signature = _signature(self._config.files)
         self._auth = BasicAuth(self._config.users)
         self._lock = threading.Lock()
-        self.reloads_failed = 0
+        self.last_reload_ok = True
 
     @property
     def tls(self) -> bool:
@@ -205,14 +207,27 @@ class WebConfigSource:
             if (config.tls is None) != (self._config.tls is None):
                 raise WebConfigError("turning TLS on or off needs a restart")
         except WebConfigError as e:
-            self.reloads_failed += 1
+            self.last_reload_ok = False
             log.error("web config not reloaded, the previous one stays in force: %s", e)
             return
         self._config = config
         self._signature = _signature(config.files)
+        self.last_reload_ok = True
         if config.users != self._auth.users:
             self._auth = BasicAuth(config.users)
         log.info("web config reloaded path=%s", self.path)
+
+    def collect(self) -> Iterator[Metric]:
+        """`glassbox_web_config_last_reload_successful`: 0 while a broken change waits."""
+        yield GaugeMetricFamily(
+            "glassbox_web_config_last_reload_successful",
+            "Whether the last change of --web-config-file (or a file it names) loaded; "
+            "0: the previous configuration is still in force.",
+            value=1.0 if self.last_reload_ok else 0.0,
+        )
+
+    def describe(self) -> list[Metric]:
+        return []
 
 
 class BasicAuth:

@@ -234,6 +234,11 @@ def test_changed_files_are_reloaded_and_a_broken_change_keeps_the_last_good_one(
             ok = get(url + "/metrics", client_context(renewed), (USER, "new password"))
         assert ok.status_code == 200
         assert "web config not reloaded, the previous one stays in force" in caplog.text
+        assert "glassbox_web_config_last_reload_successful 0.0" in ok.text
+        write_web_config(web, renewed, {USER: bcrypt_hash("new password")})  # repaired
+        _touch_later(web)
+        ok = get(url + "/metrics", client_context(renewed), (USER, "new password"))
+        assert "glassbox_web_config_last_reload_successful 1.0" in ok.text
 
 
 def test_a_verified_password_costs_bcrypt_once_and_an_unknown_user_costs_the_same(
