@@ -265,8 +265,10 @@ class BasicAuth:
         with self._bcrypt_lock:
             if stored is None and self._dummy is None:
                 self._dummy = _dummy_hash(self.users)
+            against = stored if stored is not None else self._dummy
+            assert against is not None
             # bcrypt reads at most 72 bytes of a password (htpasswd's hashes too).
-            ok = bcrypt.checkpw(password[:72], stored if stored is not None else self._dummy)
+            ok = bcrypt.checkpw(password[:72], against)
         if ok and stored is not None:
             self._verified[user] = (stored, _digest(user, password))
             return True
