@@ -105,10 +105,6 @@ class MetricsServer:
         self._finished = threading.Event()
         self._shutdown_asked = False
 
-    @property
-    def open_connections(self) -> int:
-        return len(self._connections)
-
     # -- life cycle ------------------------------------------------------------------------
 
     def serve_forever(self) -> None:
