@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import ssl
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -13,7 +14,9 @@ from urllib.parse import urlparse
 
 from vllm_glassbox.units import parse_duration, parse_positive_number
 
+from .fetch import TargetCredentials, read_token, tls_context
 from .service import ExporterConfig, resolve_checkpoint_weights, serve
+from .webconfig import WebConfigError, load_web_config
 from .weights import gpu_bandwidth
 
 
@@ -89,7 +92,63 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="peak memory bandwidth in bytes/s (plain or scientific: 864e9)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    # -- security: our own endpoint (web config), and a vLLM behind TLS or a token check
+    p.add_argument(
+        "--web-config-file",
+        metavar="FILE",
+        help="TLS and basic auth of /metrics: Prometheus' web-config format "
+        "(tls_server_config, basic_auth_users with bcrypt hashes); re-read on change",
+    )
+    p.add_argument("--target-ca-file", metavar="FILE", help="CA to trust for an https target")
+    p.add_argument("--target-cert-file", metavar="FILE", help="client certificate for the target")
+    p.add_argument("--target-key-file", metavar="FILE", help="its private key")
+    p.add_argument(
+        "--target-bearer-token-file",
+        metavar="FILE",
+        help="send 'Authorization: Bearer <token>' from FILE (read per poll: rotation works)",
+    )
     return p
+
+
+def security_problems(args: argparse.Namespace) -> list[str]:
+    """The security flags' problems; none of them quotes a secret."""
+    problems: list[str] = []
+    if args.web_config_file:
+        try:
+            load_web_config(args.web_config_file)
+        except WebConfigError as e:
+            problems.append(f"--web-config-file: {e}")
+    if bool(args.target_cert_file) != bool(args.target_key_file):
+        problems.append("--target-cert-file and --target-key-file go together")
+    credentials = target_credentials(args)
+    try:
+        tls_context(credentials)
+    except (OSError, ssl.SSLError) as e:
+        problems.append(f"--target-ca/cert/key-file: cannot load: {_reason(e)}")
+    if credentials.tls_files and not args.target.startswith("https://"):
+        problems.append("--target-ca/cert/key-file need an https:// --target")
+    if args.target_bearer_token_file:
+        try:
+            read_token(args.target_bearer_token_file)
+        except (OSError, ValueError) as e:
+            problems.append(f"--target-bearer-token-file: {_reason(e)}")
+    if urlparse(args.target).password is not None:
+        problems.append("--target: no credentials in the URL (they would show in logs)")
+    return problems
+
+
+def _reason(error: Exception) -> str:
+    """An OSError's plain words (`No such file or directory`), else the error's text."""
+    return str(error.strerror if isinstance(error, OSError) and error.strerror else error)
+
+
+def target_credentials(args: argparse.Namespace) -> TargetCredentials:
+    return TargetCredentials(
+        args.target_ca_file,
+        args.target_cert_file,
+        args.target_key_file,
+        args.target_bearer_token_file,
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ExporterConfig:
@@ -145,6 +204,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
             resolve_checkpoint_weights(args.model_dir)
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append(f"--model-dir: {args.model_dir!r}: {type(e).__name__}: {e}")
+    problems += security_problems(args)
     if problems:
         raise ConfigError("\n".join(problems))
     assert interval and window and timeout and max_bytes and port is not None
@@ -160,6 +220,8 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         vllm_log=args.vllm_log,
         model_dir=args.model_dir,
         peak_bandwidth=peak,
+        web_config_file=args.web_config_file,
+        target_credentials=target_credentials(args),
     )
 
 

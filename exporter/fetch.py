@@ -5,16 +5,25 @@ httpx's timeouts bound each read, not the request: a server dripping one byte at
 the wall-clock deadline passes, whatever httpx is waiting for, and the body loop also
 checks the deadline between chunks. Bodies are read raw and inflated here with a bound,
 so a gzip bomb costs at most the cap, whatever the server claims.
+
+A vLLM behind a TLS or token-checking proxy is reached with `TargetCredentials`: a CA to
+trust, a client certificate, a bearer token. The files are watched, not read once: the
+token file is read for every request and the certificates are reloaded when one of
+their files changes, so rotation (cert-manager, projected ServiceAccount tokens) works
+without a restart. No credential ever goes into a message.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import ssl
 import threading
 import time
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -65,21 +74,107 @@ class _Watchdog:
         self._timer.cancel()
 
 
+@dataclass(frozen=True)
+class TargetCredentials:
+    """How to reach a guarded vLLM: files, read when needed (see the module docstring)."""
+
+    ca_file: str | None = None  # trust this CA for the target's certificate
+    cert_file: str | None = None  # our client certificate (with key_file)
+    key_file: str | None = None
+    bearer_token_file: str | None = None  # `Authorization: Bearer <the file's content>`
+
+    @property
+    def tls_files(self) -> tuple[str, ...]:
+        return tuple(f for f in (self.ca_file, self.cert_file, self.key_file) if f)
+
+
+def tls_context(credentials: TargetCredentials) -> ssl.SSLContext | None:
+    """The client TLS context the credentials ask for; None for the system default."""
+    if not credentials.tls_files:
+        return None
+    context = ssl.create_default_context(cafile=credentials.ca_file)
+    if credentials.cert_file and credentials.key_file:
+        context.load_cert_chain(credentials.cert_file, credentials.key_file, password=b"")
+    return context
+
+
+def read_token(path: str) -> str:
+    """The bearer token in `path` (surrounding whitespace dropped); ValueError if empty."""
+    with open(path, "rb") as f:
+        token = f.read(64 * 1024).strip()
+    if not token:
+        raise ValueError("the file is empty")
+    return token.decode("ascii")
+
+
+def _file_signature(paths: tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
+    def one(path: str) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    return tuple(one(p) for p in paths)
+
+
 class Fetcher:
-    def __init__(self, base_url: str, timeout_seconds: float, max_bytes: int) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout_seconds: float,
+        max_bytes: int,
+        credentials: TargetCredentials | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_seconds = timeout_seconds
         self.max_bytes = max_bytes
+        self.credentials = credentials or TargetCredentials()
+        self._signature = _file_signature(self.credentials.tls_files)
+        self._client = self._new_client()
+
+    def _new_client(self) -> httpx.Client:
         # No redirects, no proxies from the environment. No keep-alive either: a fresh
         # loopback connection per poll is cheap (httpx even spends less CPU per request
         # without its pool), it rules out racing the server's idle timeout (uvicorn drops
         # idle connections after 5 s, the default poll period), and it lets the watchdog
         # see every socket as it is connected.
-        self._client = httpx.Client(
+        context = tls_context(self.credentials)
+        return httpx.Client(
             follow_redirects=False,
             trust_env=False,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=0),
+            verify=True if context is None else context,
         )
+
+    def _current_client(self) -> httpx.Client:
+        """The client, rebuilt when a certificate, key or CA file changed."""
+        signature = _file_signature(self.credentials.tls_files)
+        if signature != self._signature:
+            try:
+                client = self._new_client()
+            except (OSError, ssl.SSLError) as e:
+                # Half-rotated files (a certificate without its new key yet): try again
+                # at the next poll, with the old client meanwhile.
+                reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+                raise PageError(
+                    "connect", f"cannot load the target TLS files: {type(e).__name__}: {reason}"
+                ) from None
+            self._client.close()
+            self._client, self._signature = client, signature
+        return self._client
+
+    def _auth_headers(self) -> dict[str, str]:
+        path = self.credentials.bearer_token_file
+        if path is None:
+            return {}
+        try:
+            return {"Authorization": f"Bearer {read_token(path)}"}
+        except (OSError, ValueError) as e:  # never the token itself in the message
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+            raise PageError(
+                "connect", f"cannot read the bearer token file {path}: {reason}"
+            ) from None
 
     def close(self) -> None:
         self._client.close()
@@ -104,8 +199,8 @@ class Fetcher:
                 raise PageError("connect", f"{path}: {type(e).__name__}: {e}") from None
 
     def _get(self, path: str, seconds: float, deadline: float, watchdog: _Watchdog) -> str:
-        headers = {"Accept-Encoding": "identity", "Accept": "text/plain"}
-        with self._client.stream(
+        headers = {"Accept-Encoding": "identity", "Accept": "text/plain", **self._auth_headers()}
+        with self._current_client().stream(
             "GET",
             self.base_url + path,
             headers=headers,

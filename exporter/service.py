@@ -8,16 +8,13 @@ counter by reason), never an exception on the serving path.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -26,11 +23,13 @@ from prometheus_client.process_collector import ProcessCollector
 from vllm_glassbox import __version__
 
 from .collector import PollState, Weights, build_families
-from .fetch import Fetcher
+from .fetch import Fetcher, TargetCredentials
 from .history import History
+from .server import MetricsServer
 from .snapshot import Snapshot, read_snapshot
 from .startup_log import LogFollower
 from .textformat import Limits, PageError
+from .webconfig import WebConfigSource
 from .weights import weights_from_config, weights_from_safetensors
 
 log = logging.getLogger("glassbox.exporter")
@@ -50,6 +49,8 @@ class ExporterConfig:
     vllm_log: str | None = None
     model_dir: str | None = None
     peak_bandwidth: float | None = None
+    web_config_file: str | None = None  # TLS and basic auth of our own endpoint
+    target_credentials: TargetCredentials = field(default_factory=TargetCredentials)
 
 
 def resolve_checkpoint_weights(model_dir: str) -> Weights:
@@ -71,7 +72,9 @@ class Poller:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
-        self.fetcher = fetcher or Fetcher(config.target, config.timeout_seconds, config.max_bytes)
+        self.fetcher = fetcher or Fetcher(
+            config.target, config.timeout_seconds, config.max_bytes, config.target_credentials
+        )
         self.clock = clock
         self.limits = Limits(max_series_per_metric=config.max_series_per_metric)
         polls_per_window = int(config.window_seconds / config.interval_seconds) + 2
@@ -200,54 +203,33 @@ _LANDING = b"""<html><head><title>glassbox exporter</title></head><body>
 <a href="/healthz">/healthz</a></p></body></html>"""
 
 
-def make_server(poller: Poller, host: str, port: int) -> ThreadingHTTPServer:
+def make_server(
+    poller: Poller, host: str, port: int, web: WebConfigSource | None = None
+) -> MetricsServer:
+    """The HTTP server of `/metrics`, `/healthz` and `/`, bound now (`server.py`)."""
     registry = make_registry(poller)
+    if web is not None:
+        registry.register(web)  # whether the last change of the web config loaded
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = f"glassbox/{__version__}"
-        timeout = 10  # a client that connects and says nothing must not hold a thread
+    def route(path: str) -> tuple[int, bytes, str]:
+        if path == "/metrics":
+            return 200, generate_latest(registry), "text/plain; version=0.0.4; charset=utf-8"
+        if path == "/healthz":
+            # Liveness of the sidecar only: vLLM being down must not restart us.
+            return 200, b"ok\n", "text/plain"
+        if path == "/":
+            return 200, _LANDING, "text/html"
+        return 404, b"not found\n", "text/plain"
 
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(
-                    200, generate_latest(registry), "text/plain; version=0.0.4; charset=utf-8"
-                )
-            elif path == "/healthz":
-                # Liveness of the sidecar only: vLLM being down must not restart us.
-                self._send(200, b"ok\n", "text/plain")
-            elif path == "/":
-                self._send(200, _LANDING, "text/html")
-            else:
-                self._send(404, b"not found\n", "text/plain")
-
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
-            # A scraper that gave up (Prometheus' scrape timeout) is not our error.
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            log.debug("http %s", format % args)
-
-    server_class = _HTTPServer6 if ":" in host else ThreadingHTTPServer
-    server = server_class((host, port), Handler)
-    server.daemon_threads = True
-    return server
-
-
-class _HTTPServer6(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
+    return MetricsServer(host, port, route, web, server_name=f"glassbox/{__version__}")
 
 
 def serve(config: ExporterConfig, stop: threading.Event | None = None) -> None:
     """Run until `stop` is set (or forever): poller thread plus HTTP server."""
     stop = stop or threading.Event()
+    web = WebConfigSource(config.web_config_file) if config.web_config_file else None
     poller = Poller(config)
-    server = make_server(poller, config.listen_host, config.listen_port)
+    server = make_server(poller, config.listen_host, config.listen_port, web)
     poll_thread = threading.Thread(target=poller.run, args=(stop,), name="poller", daemon=True)
     serve_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     poll_thread.start()
@@ -255,7 +237,8 @@ def serve(config: ExporterConfig, stop: threading.Event | None = None) -> None:
     host = config.listen_host
     shown = f"[{host}]" if ":" in host else host
     port = server.server_address[1]
-    log.info("serving on http://%s:%s/metrics target=%s", shown, port, config.target)
+    scheme = "https" if web is not None and web.tls else "http"
+    log.info("serving on %s://%s:%s/metrics target=%s", scheme, shown, port, config.target)
     try:
         stop.wait()
     finally:

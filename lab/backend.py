@@ -4,7 +4,8 @@ A phase asks for vLLM's original arguments with some flags overridden *by name*;
 backend makes a server run with exactly that, waits until it serves, and hands back its
 URL and the startup log of that server. `restore()` puts things back as they were
 (stops the child process; restores the Deployment's original args). It is idempotent and
-is called on success, failure and interrupt.
+is called on success, failure and interrupt. `restore_leftover()` undoes what a killed
+run left (`glassbox lab restore`, and the start of every run).
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ class Backend(Protocol):
         """Undo every change: back to the original args, or no child process left."""
         ...
 
+    def restore_leftover(self) -> str | None:
+        """Undo what an earlier run left behind because it was killed (SIGKILL, OOM, node
+        loss) before it could restore; say what was done, or None if nothing was left."""
+        ...
+
 
 # -- always restore ----------------------------------------------------------------------
 
@@ -83,13 +89,18 @@ def _hold_on(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def restoring(backend: Backend) -> Iterator[Backend]:
-    """Run the body, then always `backend.restore()`: on success, on error, on Ctrl-C
-    (KeyboardInterrupt) and on SIGTERM (raised as `Terminated`). While restoring, further
-    SIGINT/SIGTERM are reported and ignored, so a second Ctrl-C cannot leave a patched
-    Deployment behind. Signal handlers are installed only in the main thread."""
+    """Run the body, then always `backend.restore()`: on success, on error, on Ctrl-C or
+    SIGINT (KeyboardInterrupt, even when the process inherited SIGINT ignored) and on
+    SIGTERM (raised as `Terminated`). While restoring, further SIGINT/SIGTERM are reported
+    and ignored, so a second Ctrl-C cannot leave a patched Deployment behind. Signal
+    handlers are installed only in the main thread."""
     main = threading.current_thread() is threading.main_thread()
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     if main:
+        # Set both, whatever was inherited: a parent without job control (`cmd &` in a
+        # script, nohup, a CI runner) starts us with SIGINT ignored, and Python then never
+        # raises KeyboardInterrupt, so `kill -INT` would leave the changes in place.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield backend

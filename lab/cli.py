@@ -4,10 +4,13 @@
                                [--server-command CMD] [--metrics-listen HOST:PORT]
                                [--prometheus URL]
     glassbox lab check PLAN.yaml
+    glassbox lab restore PLAN.yaml [--backend kubernetes|local]
 
 PLAN may also name a plan shipped with glassbox (`cpu-demo`, `seed-l40s`).
 Exit status: 0 every phase ran, 1 a phase failed, 2 the plan or flags are invalid,
 130 Ctrl-C, 143 SIGTERM (the server was still stopped / the Deployment restored).
+`restore` puts back what a killed run left (the Deployment's original args): 0 done or
+nothing to do, 1 it could not.
 """
 
 from __future__ import annotations
@@ -68,6 +71,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     check = sub.add_parser("check", help="validate a plan and print what it would run")
     check.add_argument("plan", metavar="PLAN.yaml")
+    restore = sub.add_parser(
+        "restore",
+        help="put back the original args a killed run left on the Deployment "
+        "(every run also does this first)",
+    )
+    restore.add_argument("plan", metavar="PLAN.yaml", help="plan file, or a shipped plan's name")
+    restore.add_argument("--backend", choices=["kubernetes", "local"])
     return p
 
 
@@ -170,7 +180,20 @@ def run(args: argparse.Namespace, prog: str) -> int:
             except Exception as e:  # no kube-config, an unreachable cluster…
                 print(f"{prog}: cannot set up the {kind} backend: {e}", file=sys.stderr)
                 return EXIT_USAGE
-            lab = Lab(backend, progress, observers, publish=lambda r: write_outputs(r, out))
+            try:  # a run killed before it restored comes first
+                leftover = backend.restore_leftover()
+            except Exception as e:  # someone changed the args since; the API refuses…
+                print(f"{prog}: cannot restore what an earlier run left: {e}", file=sys.stderr)
+                return EXIT_FAILED
+            if leftover:
+                progress.note(leftover)
+
+            def publish(results: LabResults) -> None:
+                if leftover and leftover not in results.notes:
+                    results.notes.insert(0, leftover)
+                write_outputs(results, out)
+
+            lab = Lab(backend, progress, observers, publish=publish)
             results = run_lab(plan, lab)
             if args.prometheus:
                 progress.status("drawing the dashboards")
@@ -207,10 +230,44 @@ def check(args: argparse.Namespace, prog: str) -> int:
     return EXIT_OK
 
 
+def restore(args: argparse.Namespace, prog: str) -> int:
+    try:
+        plan = resolve_plan(args.plan)
+        kind = choose_backend(plan, args.backend)
+    except PlanError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    try:
+        backend = make_backend(plan, kind, Path("lab-out"), None, say)
+    except Exception as e:
+        print(f"{prog}: cannot set up the {kind} backend: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        done = backend.restore_leftover()
+    except Exception as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    if done:
+        print(done)
+    elif kind == "local":
+        print(
+            "local backend: the lab keeps no record; a server a killed run left runs in its "
+            "own process group (its pid is in the log's first lines): stop that group"
+        )
+    else:
+        print(f"{plan.name}: no record of an interrupted run on the Deployment; nothing to do")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str], prog: str = "glassbox lab") -> int:
     args = build_parser(prog).parse_args(argv)
     logging.basicConfig(
         level=getattr(args, "log_level", "warning").upper(),
         format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
     )
-    return run(args, prog) if args.command == "run" else check(args, prog)
+    commands = {"run": run, "check": check, "restore": restore}
+    return commands[args.command](args, prog)

@@ -7,6 +7,13 @@ the patched args), wait until the Service answers `/health` and shows
 `vllm:cache_config_info`, and read that pod's log for the startup facts. `restore()`
 patches the original args back and waits for that rollout too.
 
+The lab may be killed (SIGKILL, OOM, node loss) with its args in place, so every patch
+also writes the original args onto the Deployment, in the annotation `ANNOTATION`, in
+the same atomic JSON patch: the Deployment is never patched without a record of how it
+was. `restore()` removes the record with the same patch that puts the args back.
+`restore_leftover()` (`glassbox lab restore`, and the start of every run) finds a record
+a killed run left and puts those args back.
+
 Every API call has a request timeout and every wait a deadline; transient API errors
 (5xx, 429, a dropped connection) are retried until the deadline. The backend polls with
 GET/LIST instead of watching, so there is no resourceVersion to expire (no 410 Gone).
@@ -22,9 +29,10 @@ uses (tests/k8s_double.py).
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,8 +53,61 @@ _NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 _T = TypeVar("_T")
 
 
+ANNOTATION = "lab.vllm-glassbox/original-args"
+"""On the Deployment while the lab's args may be in place: JSON `{"container", "args"
+(the original), "patched" (what the lab set)}`."""
+_ANNOTATION_PATH = "/metadata/annotations/" + ANNOTATION.replace("~", "~0").replace("/", "~1")
+
+
 class KubernetesError(RuntimeError):
     """The Deployment could not be changed, rolled out or reached; the message says why."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the annotation says: the container, its original args, the lab's args."""
+
+    container: str
+    original: list[str]
+    patched: list[str]
+    raw: str  # the annotation's text, to guard a patch with a `test`
+
+
+def record_of(deployment: Any) -> Record | None:
+    """The lab's record on `deployment`, or None; KubernetesError if it is unreadable."""
+    raw = (deployment.metadata.annotations or {}).get(ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        original, patched = data["args"], data["patched"]
+        lists = isinstance(original, list) and isinstance(patched, list)
+        if not lists or not all(isinstance(a, str) for a in [*original, *patched]):
+            raise TypeError("args are not lists of strings")
+        record = Record(str(data["container"]), original, patched, raw)
+    except (ValueError, KeyError, TypeError) as e:
+        raise KubernetesError(
+            f"annotation {ANNOTATION} is not the lab's record ({e}); "
+            "remove it by hand once the args are right"
+        ) from None
+    return record
+
+
+def record_ops(deployment: Any, record: tuple[str, list[str], list[str]] | None) -> list[Any]:
+    """JSON patch operations that write `record` (container, original, patched) as the
+    annotation, or remove it (None)."""
+    annotations = deployment.metadata.annotations
+    if record is None:
+        return (
+            [{"op": "remove", "path": _ANNOTATION_PATH}]
+            if ANNOTATION in (annotations or {})
+            else []
+        )
+    container, original, patched = record
+    value = json.dumps({"container": container, "args": original, "patched": patched})
+    if annotations is None:  # a JSON patch cannot add a member to a missing object
+        return [{"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION: value}}]
+    return [{"op": "add", "path": _ANNOTATION_PATH, "value": value}]
 
 
 @dataclass(frozen=True)
@@ -146,6 +207,11 @@ def _pod_summary(pod: Any) -> str:
     return f"{pod.metadata.name} ({', '.join([status.phase or 'Unknown', *states])})"
 
 
+def _restarts(pod: Any, container: str | None) -> int:
+    statuses = (pod.status.container_statuses or []) if pod.status else []
+    return sum(cs.restart_count or 0 for cs in statuses if cs.name == container)
+
+
 def _set_in_command(command: list[str], name: str) -> bool:
     """Whether vLLM's flag `name` is given in a container's `command`."""
     if not command:
@@ -195,6 +261,7 @@ class KubernetesBackend:
         self._core = k8s.CoreV1Api(api_client)
         self._original: list[str] | None = None
         self._patched = False  # our args may be in place: restore() has work to do
+        self._leftover_checked = False
 
     @classmethod
     def from_environment(
@@ -240,6 +307,10 @@ class KubernetesBackend:
     # -- the Backend contract ------------------------------------------------------------
 
     def deploy(self, overrides: FlagOverrides) -> Deployed:
+        if not self._leftover_checked:  # a run killed before it could restore comes first
+            restored = self.restore_leftover()
+            if restored:
+                self.log(restored)
         deployment = self._read()
         if deployment.spec.replicas == 0:
             raise KubernetesError(f"{self._where} is scaled to 0 replicas: nothing would serve")
@@ -258,7 +329,9 @@ class KubernetesBackend:
         if args != current:
             self.log(f"{self._where}: patching args of {container.name!r}")
             self._patched = True
-            generation = self._patch_args(index, container.name, current, args)
+            record = (container.name, self._original, args)
+            ops = record_ops(deployment, record)
+            generation = self._patch_args(index, container.name, current, args, ops)
         self._wait_rollout(generation, "the patched args")
         pod = self._wait_serving(deployment, container.name, args)
         return Deployed(
@@ -272,11 +345,49 @@ class KubernetesBackend:
         index, container = self._container_of(deployment)
         current = self._args_of(container)
         generation = deployment.metadata.generation or 0
-        if current != self._original:
+        unrecord = record_ops(deployment, None)
+        if current != self._original or unrecord:
             self.log(f"{self._where}: restoring the original args of {container.name!r}")
-            generation = self._patch_args(index, container.name, current, self._original)
+            generation = self._patch_args(index, container.name, current, self._original, unrecord)
         self._wait_rollout(generation, "the original args (restored)")
         self._patched = False
+
+    def restore_leftover(self) -> str | None:
+        """Put back the original args a killed run recorded on the Deployment, and wait
+        for that rollout. Returns what was done, or None when there was no record.
+
+        Args that are neither the recorded original nor what the lab set were changed by
+        someone since: they are not overwritten (KubernetesError says so).
+        """
+        self._leftover_checked = True
+        deployment = self._read()
+        record = record_of(deployment)
+        if record is None:
+            return None
+        if self.container is not None and self.container != record.container:
+            raise KubernetesError(
+                f"{self._where}: the lab's record is for container {record.container!r}, "
+                f"not {self.container!r}; restore it with a plan naming that container"
+            )
+        self.container = record.container
+        index, container = self._container_of(deployment)
+        current = self._args_of(container)
+        if current not in (record.original, record.patched):
+            raise KubernetesError(
+                f"{self._where}: container {record.container!r}'s args changed since an "
+                f"interrupted run of the lab patched them; not overwriting them. The "
+                f"original args were: {json.dumps(record.original)}. Remove the annotation "
+                f"{ANNOTATION} once the args are as they should be"
+            )
+        guard = [{"op": "test", "path": _ANNOTATION_PATH, "value": record.raw}]
+        ops = guard + record_ops(deployment, None)
+        generation = self._patch_args(index, container.name, current, record.original, ops)
+        self._wait_rollout(generation, "the original args (left by an interrupted run)")
+        what = "put back" if current != record.original else "already in place"
+        return (
+            f"{self._where}: an interrupted run had left its args on container "
+            f"{record.container!r}; the original args are {what} and rolled out"
+        )
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -337,14 +448,19 @@ class KubernetesBackend:
             )
         return args
 
-    def _patch_args(self, index: int, name: str, current: list[str], args: list[str]) -> int:
-        """JSON-patch the container's args from `current` to `args`; the new generation."""
+    def _patch_args(
+        self, index: int, name: str, current: list[str], args: list[str], record: list[Any]
+    ) -> int:
+        """JSON-patch the container's args from `current` to `args`, with the `record`
+        operations (the annotation) in the same atomic patch; the new generation."""
         path = f"/spec/template/spec/containers/{index}"
         body = [
             {"op": "test", "path": f"{path}/name", "value": name},
             {"op": "test", "path": f"{path}/args", "value": current},
-            {"op": "replace", "path": f"{path}/args", "value": args},
+            *record,
         ]
+        if args != current:
+            body.append({"op": "replace", "path": f"{path}/args", "value": args})
         try:
             patched = self._call(
                 "patching the args",
@@ -359,7 +475,7 @@ class KubernetesBackend:
         except KubernetesError as e:
             # A retried patch whose first try went through fails its `test`: check.
             after = self._read()
-            if self._args_of(self._container_of(after)[1]) == args:
+            if self._args_of(self._container_of(after)[1]) == args and _recorded_as(after, record):
                 return int(after.metadata.generation or 0)
             if isinstance(e.__cause__, ApiException) and e.__cause__.status == 422:
                 raise KubernetesError(
@@ -369,8 +485,17 @@ class KubernetesBackend:
             raise
         return int(patched.metadata.generation or 0)
 
+    def _pauses(self) -> Iterator[float]:
+        """Polling pauses: short at first (a quick rollout is seen at once), then the
+        configured period."""
+        pause = 0.1
+        while True:
+            yield min(pause, self.timeouts.poll_seconds)
+            pause *= 2
+
     def _wait_rollout(self, generation: int, what: str) -> None:
         deadline = time.monotonic() + self.timeouts.rollout_seconds
+        pauses = self._pauses()
         while True:
             deployment = self._read(deadline)
             problem = rollout_problem(deployment, generation)
@@ -389,7 +514,7 @@ class KubernetesBackend:
                     f"{self._where}: rollout of {what} not complete after "
                     f"{self.timeouts.rollout_seconds:g}s: {problem}{self._pods_note(deployment)}"
                 )
-            time.sleep(self.timeouts.poll_seconds)
+            time.sleep(next(pauses))
 
     def _pods(self, deployment: Any, deadline: float | None = None) -> list[Any]:
         selector = label_selector(deployment.spec.selector)
@@ -405,13 +530,42 @@ class KubernetesBackend:
         return list(pods.items or [])
 
     def _pods_note(self, deployment: Any) -> str:
-        """`; pods: a (Running), b (Pending, vllm: waiting CrashLoopBackOff)` or ""."""
+        """`; not ready: a (Running, vllm waiting: CrashLoopBackOff, 3 restarts); a's last
+        log lines: …` or "": why a rollout does not complete, in the pods' words."""
         try:
             pods = self._pods(deployment)
         except KubernetesError:
             return ""
-        not_ready = [_pod_summary(p) for p in pods if not _ready(p)]
-        return f"; not ready: {', '.join(not_ready)}" if not_ready else ""
+        not_ready = [p for p in pods if not _ready(p)]
+        if not not_ready:
+            return ""
+        note = f"; not ready: {', '.join(_pod_summary(p) for p in not_ready)}"
+        crashed = [p for p in not_ready if _restarts(p, self.container) > 0]
+        if crashed:  # vLLM says why it exits: a bad flag, out of memory, …
+            note += self._crash_lines(crashed[0])
+        return note
+
+    def _crash_lines(self, pod: Any) -> str:
+        """`; POD's last log lines: a | b` from its crashed vLLM container, or ""."""
+        try:
+            response = self._core.read_namespaced_pod_log(
+                pod.metadata.name,
+                self.namespace,
+                container=self.container,
+                previous=True,
+                tail_lines=5,
+                limit_bytes=4096,
+                _preload_content=False,
+                _request_timeout=self.timeouts.request_seconds,
+            )
+            try:
+                text = response.read(4096).decode("utf-8", "replace")
+            finally:
+                response.release_conn()
+        except (ApiException, urllib3.exceptions.HTTPError, OSError):
+            return ""
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return f"; {pod.metadata.name}'s last log lines: {' | '.join(lines)}" if lines else ""
 
     def _new_pod(self, deployment: Any, container: str, args: list[str]) -> Any | None:
         """The newest Running and Ready pod whose container runs exactly `args`."""
@@ -427,6 +581,7 @@ class KubernetesBackend:
     def _wait_serving(self, deployment: Any, container: str, args: list[str]) -> Any:
         """The new pod, once the Service answers /health and shows cache_config_info."""
         deadline = time.monotonic() + self.timeouts.serving_seconds
+        pauses = self._pauses()
         fetcher = Fetcher(self.service_url, self.timeouts.request_seconds, 64 * 1024 * 1024)
         try:
             while True:
@@ -442,7 +597,7 @@ class KubernetesBackend:
                         f"{self.timeouts.serving_seconds:g}s: {problem}"
                         f"{self._pods_note(deployment)}"
                     )
-                time.sleep(self.timeouts.poll_seconds)
+                time.sleep(next(pauses))
         finally:
             fetcher.close()
 
@@ -463,6 +618,18 @@ class KubernetesBackend:
             return data.decode("utf-8", "replace")
 
         return self._call(f"reading the log of pod {pod.metadata.name}", read)
+
+
+def _recorded_as(deployment: Any, ops: list[Any]) -> bool:
+    """Whether the annotation on `deployment` is what the `ops` of a patch left."""
+    value = (deployment.metadata.annotations or {}).get(ANNOTATION)
+    for op in ops:
+        if op["op"] == "remove":
+            return value is None
+        if op["op"] == "add":
+            added = op["value"] if op["path"] == _ANNOTATION_PATH else op["value"][ANNOTATION]
+            return bool(value == added)
+    return True
 
 
 def _serving_problem(fetcher: Fetcher) -> str | None:

@@ -59,6 +59,11 @@ class LocalBackend:
 
         return [one(a) for a in args]
 
+    def restore_leftover(self) -> None:
+        """Nothing outlives the lab here but, after a SIGKILL, the server itself: its
+        process group is its own (see docs/lab.md); the lab keeps no record of it."""
+        return None
+
     def deploy(self, overrides: FlagOverrides) -> Deployed:
         self.restore()
         args = self.resolve(apply_overrides(self.target.args, overrides))

@@ -9,5 +9,5 @@ trap 'rm -rf "$tmp"' EXIT
 .venv/bin/python -m pip -q --disable-pip-version-check install --no-deps --no-build-isolation \
   --target "$tmp" . 2> >(grep -v "is ignored" >&2)
 cp pyproject.toml "$tmp/"
-(cd "$tmp" && "$OLDPWD/.venv/bin/mypy" --config-file pyproject.toml --cache-dir "$OLDPWD/.mypy_cache" -p vllm_glassbox) |
+(cd "$tmp" && "$OLDPWD/.venv/bin/python" -m mypy --config-file pyproject.toml --cache-dir "$OLDPWD/.mypy_cache" -p vllm_glassbox) |
   sed "s#^vllm_glassbox/exporter/#exporter/#; s#^vllm_glassbox/lab/#lab/#; s#^vllm_glassbox/dashboards/#dashboards/#; s#^vllm_glassbox/#glassbox/#"

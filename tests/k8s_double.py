@@ -11,19 +11,24 @@ calls and nothing else (anything else is a 404, another patch type a 415):
     PATCH /apis/apps/v1/namespaces/{ns}/deployments/{name}    JSON patch (RFC 6902)
     GET   /api/v1/namespaces/{ns}/pods?labelSelector=k=v,...
     GET   /api/v1/namespaces/{ns}/pods/{pod}/log?container=...&limitBytes=...
+                                                   &previous=true&tailLines=N
 
 A changed pod template starts a simulated rolling update (maxSurge 1, maxUnavailable 0,
 as a 1-replica Deployment gets by default): the generation bumps, the controller
 "observes" it after `observe_after` seconds, a pod with the new template hash appears
 and becomes Ready after `ready_after` seconds (None: never, it crash-loops), then the
 old pods terminate. Returning to an older template whose pods still run needs no new pod,
-as with a ReplicaSet scaled back up.
+as with a ReplicaSet scaled back up. A pod whose vLLM args hold a flag of `unknown_flags`
+crash-loops, as vLLM does when its argument parser refuses a flag: its previous
+container's log is the parser's error, and it never becomes Ready.
 
 The fake vLLM behind the "Service URL" answers `/health` and `/metrics` for the newest
-Ready pod: the page is a real capture of vLLM 0.32 (tests/fixtures/metrics) whose
-`vllm:cache_config_info` is rewritten to that pod's `--kv-cache-memory-bytes`, and the
-pod's log is the real captured startup log with its `non-default args` and KV cache size
-lines rewritten to the pod's args, so each pod's log tells which args it ran.
+Ready pod, and takes `POST /v1/completions` without ever answering (a long generation,
+for tests that kill the lab in the middle of a workload). The page is a real capture of
+vLLM 0.32 (tests/fixtures/metrics) whose `vllm:cache_config_info` is rewritten to that
+pod's `--kv-cache-memory-bytes`, and the pod's log is the real captured startup log with
+its `non-default args` and KV cache size lines rewritten to the pod's args, so each
+pod's log tells which args it ran.
 
 Every request is recorded (`requests`, `patches`); `faults` makes a matching request
 fail with a given HTTP status, to test each step's failure.
@@ -53,6 +58,7 @@ BYTES_PER_TOKEN = 2048
 BLOCK_SIZE = 128
 DEFAULT_KV_BYTES = 33554432
 DEFAULT_MAX_MODEL_LEN = 2048
+UNKNOWN_FLAGS = frozenset({"--max-model-length"})
 
 
 def _captured(path: Path) -> str:
@@ -93,6 +99,17 @@ def startup_log(args: Sequence[str]) -> str:
         f"KV cache size: {tokens:,} tokens, Maximum concurrency for {max_len:,} tokens "
         f"per request: {tokens / max_len:.2f}x",
         log,
+    )
+
+
+def parser_error(args: Sequence[str], unknown: frozenset[str]) -> str | None:
+    """vLLM's argument parser's complaint about `args`, as it logs it, or None."""
+    bad = [a for a in args if a.split("=", 1)[0] in unknown]
+    if not bad:
+        return None
+    return (
+        "usage: vllm serve [model_tag] [options]\n"
+        f"vllm serve: error: unrecognized arguments: {' '.join(bad)}\n"
     )
 
 
@@ -238,6 +255,7 @@ class FakeCluster:
     observe_after: float = 0.1  # seconds before the controller observes a new generation
     terminate_after: float = 0.1  # seconds an old pod spends terminating
     progress_deadline: float | None = None  # then Progressing=False ProgressDeadlineExceeded
+    unknown_flags: frozenset[str] = UNKNOWN_FLAGS  # a pod with one of these crash-loops
     serving: bool = True  # the fake vLLM answers /health (after its pod is Ready)
     cache_config_shown: bool = True  # its /metrics page has vllm:cache_config_info
     faults: list[Fault] = field(default_factory=list)
@@ -245,6 +263,8 @@ class FakeCluster:
     before_request: Callable[[FakeCluster, Recorded], None] | None = None
     requests: list[Recorded] = field(default_factory=list)
     service_requests: list[str] = field(default_factory=list)  # paths asked of the fake vLLM
+    # Completions wait for this (set when the double stops): generation that never ends.
+    finish_completions: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
@@ -336,6 +356,9 @@ class FakeCluster:
         name = f"{self.name}-{pod_hash}-{self._serial:05d}"
         containers = copy.deepcopy(template["spec"]["containers"])
         vllm_args = next(c.get("args", []) for c in containers if c["name"] == self.container)
+        refused = parser_error(vllm_args, self.unknown_flags)
+        if refused is not None:
+            ready_at = None
         statuses = [
             {
                 "name": c["name"],
@@ -353,6 +376,7 @@ class FakeCluster:
             elif ready_at is None:
                 s["restartCount"] = 3
                 s["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+                s["lastState"] = {"terminated": {"exitCode": 1 if refused is None else 2}}
         body = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -379,7 +403,8 @@ class FakeCluster:
                 "containerStatuses": statuses,
             },
         }
-        self._pods.append(_Pod(body, startup_log(vllm_args), ready_at))
+        log = startup_log(vllm_args) if refused is None else refused
+        self._pods.append(_Pod(body, log, ready_at))
 
     def _terminate(self, pod: _Pod, now: float) -> None:
         if pod.remove_at is None:
@@ -491,7 +516,7 @@ class FakeCluster:
             patched = json_patch(self.deployment, body)
         except (PatchError, KeyError, ValueError, TypeError) as e:
             return _status(422, f"JSON patch rejected: {e}")
-        if patched["spec"] != self.deployment["spec"]:
+        if patched != self.deployment:  # metadata (annotations) or spec
             template_changed = patched["spec"]["template"] != self.deployment["spec"]["template"]
             self.deployment = patched
             self.deployment["metadata"]["resourceVersion"] = str(
@@ -538,12 +563,24 @@ class FakeCluster:
             return _status(400, f"container {container} is not valid for pod {pod_name}")
         if (container or names[0]) != self.container:
             return 200, "text/plain", b"sidecar log\n"
-        data = pod.log.encode()
+        statuses = pod.body["status"]["containerStatuses"]
+        restarted = any(s["restartCount"] for s in statuses if s["name"] == self.container)
+        if query.get("previous") == ["true"] and not restarted:
+            return _status(400, f'previous terminated container "{self.container}" not found')
+        text = pod.log
+        if tail := query.get("tailLines"):
+            text = "".join(text.splitlines(keepends=True)[-int(tail[0]) :])
+        data = text.encode()
         if limit := query.get("limitBytes"):
             data = data[: int(limit[0])]
         return 200, "text/plain", data
 
     def handle_vllm(self, path: str) -> tuple[int, str, bytes]:
+        if path == "/v1/completions":
+            with self._lock:
+                self.service_requests.append(path)
+            self.finish_completions.wait()
+            return 503, "application/json", b'{"error": "the server is shutting down"}'
         with self._lock:
             self.service_requests.append(path)
             self._advance(time.monotonic())
@@ -572,6 +609,7 @@ class FakeCluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.finish_completions.set()
         for server in self._servers:
             server.shutdown()
             server.server_close()
@@ -583,6 +621,9 @@ class FakeCluster:
         return self.handle_api(method, handler.path, content_type, raw)
 
     def _vllm_handler(self, handler: BaseHTTPRequestHandler, method: str) -> tuple[int, str, bytes]:
+        length = int(handler.headers.get("Content-Length") or 0)
+        if length:
+            handler.rfile.read(length)
         return self.handle_vllm(urlsplit(handler.path).path)
 
 

@@ -9,7 +9,9 @@ it from a healthy fake vLLM to a failure and back while a real exporter polls it
         target.behave(healthy(target.fake))
 
 `refuse()` closes the listening socket (connections are refused) and `listen()` opens it
-again on the same port. Large payloads are generated chunk by chunk, so the server itself
+again on the same port. With `tls` (a server SSLContext) it speaks HTTPS, as a TLS proxy
+in front of vLLM would; `guarded` answers 401 unless the request carries a bearer token.
+Large payloads are generated chunk by chunk, so the server itself
 never holds them in memory (the tests measure the exporter's memory with tracemalloc,
 which sees every thread of the process).
 """
@@ -20,6 +22,7 @@ import contextlib
 import gzip
 import random
 import socket
+import ssl
 import struct
 import threading
 import zlib
@@ -180,8 +183,9 @@ class _Server(ThreadingHTTPServer):
 class Misbehaving:
     """A threaded loopback server answering with a switchable behaviour."""
 
-    def __init__(self, fake: FakeVllm | None = None) -> None:
+    def __init__(self, fake: FakeVllm | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.fake = fake or FakeVllm()
+        self.tls = tls
         self.behaviour: Behaviour = healthy(self.fake)
         self.stopping = threading.Event()  # wakes behaviours that stall
         self.port = 0
@@ -190,7 +194,7 @@ class Misbehaving:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def behave(self, behaviour: Behaviour) -> None:
         self.behaviour = behaviour
@@ -198,6 +202,8 @@ class Misbehaving:
     def listen(self) -> None:
         server = _Server(("127.0.0.1", self.port), _Handler)
         server.owner = self
+        if self.tls is not None:  # the handshake runs in accept(); a failed one is dropped
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -235,6 +241,18 @@ def healthy(fake: FakeVllm) -> Behaviour:
             body = fake.page().encode()
         h.send_head(len(body))
         h.wfile.write(body)
+
+    return run
+
+
+def guarded(behaviour: Behaviour, token: Callable[[], str]) -> Behaviour:
+    """`behaviour` for requests with `Authorization: Bearer <token()>`, else 401."""
+
+    def run(h: _Handler) -> None:
+        if h.headers.get("Authorization") != f"Bearer {token()}":
+            status(401)(h)
+        else:
+            behaviour(h)
 
     return run
 

@@ -429,7 +429,7 @@ def test_docs_name_every_flag() -> None:
         for flag in action.option_strings
         if flag.startswith("--") and flag != "--help"
     ]
-    assert len(flags) == 12
+    assert len(flags) == 17
     missing = [flag for flag in flags if f"| `{flag}" not in text]
     assert missing == []
 

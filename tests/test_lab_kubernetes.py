@@ -24,6 +24,7 @@ from vllm_glassbox.exporter.startup_log import read_facts
 from vllm_glassbox.lab.args import REMOVE
 from vllm_glassbox.lab.backend import Backend, exit_code, restoring
 from vllm_glassbox.lab.kubernetes import (
+    ANNOTATION,
     KubernetesBackend,
     KubernetesError,
     Timeouts,
@@ -31,6 +32,7 @@ from vllm_glassbox.lab.kubernetes import (
     rollout_problem,
 )
 
+from tests.jobs import with_sigint_ignored
 from tests.k8s_double import BYTES_PER_TOKEN, FakeCluster, Fault, Recorded, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,9 +84,14 @@ def test_deploy_json_patches_only_the_vllm_containers_args(cluster: FakeCluster)
         "--kv-cache-memory-bytes", "8388608", "--gpu-memory-utilization=0.5",
     ]  # fmt: skip
     container = "/spec/template/spec/containers/1"  # after the exporter sidecar
+    record = {"container": "vllm", "args": ORIGINAL, "patched": expected}
     assert cluster.patches == [[
         {"op": "test", "path": f"{container}/name", "value": "vllm"},
         {"op": "test", "path": f"{container}/args", "value": ORIGINAL},
+        # The original args, recorded in the same atomic patch (the Deployment had no
+        # annotations: the whole map is added).
+        {"op": "add", "path": "/metadata/annotations",
+         "value": {ANNOTATION: json.dumps(record)}},
         {"op": "replace", "path": f"{container}/args", "value": expected},
     ]]  # fmt: skip
     patch = next(r for r in cluster.requests if r.method == "PATCH")
@@ -154,11 +161,20 @@ def test_deploy_waits_until_the_controller_has_observed_the_patch(cluster: FakeC
 
 def test_deploy_waits_for_cache_config_info_on_the_service(cluster: FakeCluster) -> None:
     cluster.cache_config_shown = False
-    threading.Timer(0.5, lambda: setattr(cluster, "cache_config_shown", True)).start()
-    started = time.monotonic()
+
+    def show_once_looked_at() -> None:
+        # The backend asks /health then /metrics; a /health after a /metrics means that
+        # /metrics (without cache_config_info) was answered.
+        def answered_once() -> bool:
+            seen = list(cluster.service_requests)
+            return "/metrics" in seen and "/health" in seen[seen.index("/metrics") :]
+
+        wait_until(answered_once)
+        cluster.cache_config_shown = True
+
+    threading.Thread(target=show_once_looked_at, daemon=True).start()
     backend_for(cluster).deploy(SMALL_POOL)
 
-    assert time.monotonic() - started >= 0.5
     assert cluster.service_requests.count("/metrics") >= 2
     assert cluster.service_requests[-1] == "/metrics"
 
@@ -403,7 +419,8 @@ SCENARIO = textwrap.dedent("""
 def _start_scenario(cluster: FakeCluster) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, "-c", SCENARIO, cluster.api_url, cluster.service_url],
+        with_sigint_ignored([sys.executable, "-c", SCENARIO, cluster.api_url,
+                             cluster.service_url]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 

@@ -192,6 +192,8 @@ from vllm_glassbox.lab.plan import parse_plan  # noqa: E402
 from vllm_glassbox.lab.progress import Progress  # noqa: E402
 from vllm_glassbox.lab.runner import Lab, run_lab  # noqa: E402
 
+from tests.jobs import with_sigint_ignored  # noqa: E402
+
 BASE_ARGS = ["--model", "base-model", "--served-model-name", "tiny", "--max-model-len", "2048"]
 
 
@@ -362,18 +364,20 @@ def test_a_signal_during_a_phase_stops_the_server_and_its_worker(
     out = tmp_path / "out"
     env = {**os.environ, "FAKE_STEP_SECONDS": "1.0"}  # a long request: we interrupt it
     lab = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "vllm_glassbox",
-            "lab",
-            "run",
-            str(write_plan(tmp_path, plan_data())),
-            "--out",
-            str(out),
-            "--server-command",
-            SERVER_COMMAND,
-        ],
+        with_sigint_ignored(
+            [
+                sys.executable,
+                "-m",
+                "vllm_glassbox",
+                "lab",
+                "run",
+                str(write_plan(tmp_path, plan_data())),
+                "--out",
+                str(out),
+                "--server-command",
+                SERVER_COMMAND,
+            ]
+        ),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
