@@ -56,9 +56,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--timeout",
-        default=None,
+        default="10s",
         metavar="DUR",
-        help="hard deadline of one poll (default: the interval, at most 5s)",
+        help="hard deadline of one poll; a poll that answers after --interval but within "
+        "it is counted slow, not failed (default %(default)s)",
     )
     p.add_argument(
         "--max-bytes",
@@ -173,11 +174,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         port = int(port_text)
     interval = check("--interval", parse_duration, args.interval)
     window = check("--window", parse_duration, args.window)
-    timeout = (
-        check("--timeout", parse_duration, args.timeout)
-        if args.timeout
-        else min(interval or 5.0, 5.0)
-    )
+    timeout = check("--timeout", parse_duration, args.timeout)
     max_bytes = check("--max-bytes", parse_positive_number, args.max_bytes)
     weights = (
         check("--weights-bytes", parse_positive_number, args.weights_bytes)

@@ -212,7 +212,10 @@ def self_families(state: PollState) -> list[Metric]:
         ),
     ]
     errors = CounterMetricFamily(
-        "glassbox_scrape_errors_total", "Failed polls of vLLM, by reason.", labels=["reason"]
+        "glassbox_scrape_errors_total",
+        "Failed polls of vLLM, by reason; reason slow counts polls answered after the "
+        "interval, which are read and are not failures.",
+        labels=["reason"],
     )
     for reason in ERROR_REASONS:
         errors.add_metric([reason], state.errors.get(reason, 0))

@@ -39,7 +39,7 @@ class _Watchdog:
         self.fired = False
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
+        self._timer = threading.Timer(seconds, self.fire)
         self._timer.daemon = True
 
     def trace(self, event: str, info: Mapping[str, Any]) -> None:
@@ -50,7 +50,8 @@ class _Watchdog:
                 if self.fired:
                     self._shutdown()
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
+        """Cut the fetch now (at the deadline, or when the exporter stops)."""
         with self._lock:
             self.fired = True
             self._shutdown()
@@ -132,6 +133,8 @@ class Fetcher:
         self.credentials = credentials or TargetCredentials()
         self._signature = _file_signature(self.credentials.tls_files)
         self._client = self._new_client()
+        self._in_flight: _Watchdog | None = None  # the fetch abort() cuts
+        self._aborted = False
 
     def _new_client(self) -> httpx.Client:
         # No redirects, no proxies from the environment. No keep-alive either: a fresh
@@ -179,6 +182,13 @@ class Fetcher:
     def close(self) -> None:
         self._client.close()
 
+    def abort(self) -> None:
+        """End the fetch in flight now and refuse new ones (the exporter is stopping)."""
+        self._aborted = True
+        watchdog = self._in_flight
+        if watchdog is not None:
+            watchdog.fire()
+
     def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
         """GET base_url + path as text within the deadline, or raise PageError."""
         seconds = self.timeout_seconds if timeout_seconds is None else timeout_seconds
@@ -186,7 +196,10 @@ class Fetcher:
             raise PageError("timeout", f"{path}: no time left in this poll")
         deadline = time.monotonic() + seconds
         with _Watchdog(seconds) as watchdog:
+            self._in_flight = watchdog
             try:
+                if self._aborted:
+                    watchdog.fire()
                 return self._get(path, seconds, deadline, watchdog)
             except PageError:
                 raise
@@ -197,6 +210,8 @@ class Fetcher:
                     ) from None
                 # Refused, reset, or closed before the announced body was complete.
                 raise PageError("connect", f"{path}: {type(e).__name__}: {e}") from None
+            finally:
+                self._in_flight = None
 
     def _get(self, path: str, seconds: float, deadline: float, watchdog: _Watchdog) -> str:
         headers = {"Accept-Encoding": "identity", "Accept": "text/plain", **self._auth_headers()}

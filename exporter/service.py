@@ -42,7 +42,9 @@ class ExporterConfig:
     listen_port: int = 9400
     interval_seconds: float = 5.0
     window_seconds: float = 60.0
-    timeout_seconds: float = 3.0
+    # The hard deadline of one poll, on purpose longer than the interval: a busy vLLM
+    # that answers late is read (and counted as `slow`), only a silent one is `timeout`.
+    timeout_seconds: float = 10.0
     max_bytes: int = 8 * 1024 * 1024
     max_series_per_metric: int = 512
     weights_bytes: float | None = None
@@ -88,6 +90,8 @@ class Poller:
         self.vllm_version: str | None = None
         self.last_success_unix: float | None = None
         self._failing: str | None = None  # reason of the failure in progress
+        self._slow = False  # whether the latest poll answered after the interval
+        self._stopping = False
         self._published: list[Metric] = []
         self._publish(up=False, duration=0.0, snapshot=None)
 
@@ -111,6 +115,8 @@ class Poller:
         try:
             snapshot = read_snapshot(self.fetcher.get_text("/metrics"), self.limits)
         except PageError as e:
+            if self._stopping:  # cut by stop(): not vLLM's failure
+                return False
             self.errors[e.reason] += 1
             # An error line when the failure starts or changes; the counter has the rest.
             level = logging.DEBUG if e.reason == self._failing else logging.ERROR
@@ -130,8 +136,35 @@ class Poller:
                 self.log_follower.poll()
             except OSError as e:
                 log.warning("cannot read vLLM log path=%s err=%s", self.config.vllm_log, e)
-        self._publish(up=snapshot is not None, duration=self.clock() - started, snapshot=snapshot)
+        duration = self.clock() - started
+        if snapshot is not None:
+            self._note_lateness(duration)
+        self._publish(up=snapshot is not None, duration=duration, snapshot=snapshot)
         return snapshot is not None
+
+    def _note_lateness(self, seconds: float) -> None:
+        """A poll that answered after the interval is `slow`: vLLM is busy, not down. Its
+        values are used and the target stays up; the counter shows how often it happens."""
+        interval = self.config.interval_seconds
+        slow = seconds > interval
+        if slow:
+            self.errors["slow"] += 1
+            level = logging.DEBUG if self._slow else logging.WARNING
+            log.log(
+                level,
+                "poll slow target=%s took=%.2fs interval=%gs (vLLM answered late: busy)",
+                self.config.target,
+                seconds,
+                interval,
+            )
+        elif self._slow:
+            log.info("poll on time again target=%s", self.config.target)
+        self._slow = slow
+
+    def stop(self) -> None:
+        """Cut the poll in flight (shutdown), so that stopping never waits for vLLM."""
+        self._stopping = True
+        self.fetcher.abort()
 
     def _fetch_version(self, seconds_left: float) -> str | None:
         """vLLM's version, or None (asked again at the next poll)."""
@@ -244,5 +277,6 @@ def serve(config: ExporterConfig, stop: threading.Event | None = None) -> None:
     finally:
         server.shutdown()
         server.server_close()
-        poll_thread.join(timeout=config.timeout_seconds + 1)
+        poller.stop()
+        poll_thread.join(timeout=5.0)
         poller.fetcher.close()

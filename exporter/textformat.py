@@ -23,6 +23,7 @@ Labels = tuple[tuple[str, str], ...]
 ERROR_REASONS = (
     "connect",  # refused, reset, DNS
     "timeout",  # the per-poll deadline passed
+    "slow",  # answered, but after the poll interval: vLLM is busy, not down (values used)
     "http_status",  # anything but 200
     "too_large",  # the decoded body passed the byte cap
     "decode",  # bad gzip or bad UTF-8

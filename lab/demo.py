@@ -70,7 +70,6 @@ class ExporterBeside(Observer):
             listen_port=self.port,
             interval_seconds=EXPORTER_INTERVAL,
             window_seconds=self.window_seconds,
-            timeout_seconds=0.9,
             model_dir=deployed.model_dir,
             vllm_log=deployed.log_path,
         )

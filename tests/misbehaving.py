@@ -245,6 +245,17 @@ def healthy(fake: FakeVllm) -> Behaviour:
     return run
 
 
+def late(fake: FakeVllm, seconds: float) -> Behaviour:
+    """A busy vLLM: the healthy answer, after `seconds`."""
+    answer = healthy(fake)
+
+    def run(h: _Handler) -> None:
+        if not h.server.owner.stopping.wait(seconds):
+            answer(h)
+
+    return run
+
+
 def guarded(behaviour: Behaviour, token: Callable[[], str]) -> Behaviour:
     """`behaviour` for requests with `Authorization: Bearer <token()>`, else 401."""
 
@@ -330,7 +341,7 @@ def drip_headers(seconds_per_byte: float = 0.3) -> Behaviour:
     return run
 
 
-def stall_after_headers(seconds: float = 30.0) -> Behaviour:
+def stall_after_headers(seconds: float = 600.0) -> Behaviour:
     """Announce a body, then send nothing."""
 
     def run(h: _Handler) -> None:

@@ -15,8 +15,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -76,7 +77,8 @@ def test_defaults_follow_the_spec() -> None:
     assert config.target == "http://127.0.0.1:8000"
     assert config.interval_seconds == 5.0
     assert config.window_seconds == 60.0
-    assert config.timeout_seconds == 5.0  # the interval, at most 5 s
+    # Longer than the interval: a busy vLLM answering late is read (and counted slow).
+    assert config.timeout_seconds == 10.0
     assert config.weights_bytes is None and config.peak_bandwidth is None
 
 
@@ -86,7 +88,7 @@ def test_defaults_follow_the_spec() -> None:
 def test_durations_accept_ms_s_m_and_plain_seconds(text: str, seconds: float) -> None:
     config = parse(["--interval", text, "--window", "10m"])
     assert config.interval_seconds == seconds
-    assert config.timeout_seconds == min(seconds, 5.0)
+    assert config.timeout_seconds == 10.0  # not tied to the interval
 
 
 @pytest.mark.parametrize(("text", "value"), [("864e9", 864e9), ("864000000000", 864e9)])
@@ -156,14 +158,16 @@ def test_every_bad_flag_is_listed_at_once(capsys: pytest.CaptureFixture[str]) ->
     assert "--interval" in err and "--window" in err and "--gpu" in err
 
 
-def test_console_command_fails_fast_on_a_bad_flag() -> None:
-    started = time.monotonic()
+def test_console_command_refuses_a_bad_flag_before_it_polls(target: Misbehaving) -> None:
     done = subprocess.run(
-        [GLASSBOX, "exporter", "--interval", "soon"], capture_output=True, text=True, timeout=30
+        [GLASSBOX, "exporter", "--target", target.url, "--interval", "soon"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2
     assert "--interval" in done.stderr
-    assert time.monotonic() - started < 10
+    assert target.fake.polls == 0, "it polled vLLM before checking its flags"
 
 
 def _main_exit_code(argv: list[str]) -> int:
@@ -196,7 +200,7 @@ class Running:
         for line in self.proc.stderr:
             self.lines.append(line)
 
-    def _wait_url(self, seconds: float = 20.0) -> str:
+    def _wait_url(self, seconds: float = 120.0) -> str:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for line in self.lines:
@@ -208,7 +212,7 @@ class Running:
         raise AssertionError("exporter did not start:\n" + "".join(self.lines))
 
     def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        r = httpx.get(self.url + "/metrics", timeout=5)
+        r = httpx.get(self.url + "/metrics", timeout=30)
         r.raise_for_status()
         out: dict[str, list[tuple[dict[str, str], float]]] = {}
         for family in text_string_to_metric_families(r.text):
@@ -222,7 +226,7 @@ class Running:
                 return v
         return None
 
-    def wait_value(self, name: str, seconds: float = 10.0, **labels: str) -> float:
+    def wait_value(self, name: str, seconds: float = 60.0, **labels: str) -> float:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             v = self.value(name, **labels)
@@ -231,7 +235,13 @@ class Running:
             time.sleep(0.1)
         raise AssertionError(f"{name}{labels} never appeared; last: {self.scrape()}")
 
-    def stop(self, sig: int = signal.SIGTERM, seconds: float = 10.0) -> int:
+    def wait_for(self, condition: Callable[[], bool], what: str, seconds: float = 60.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not condition():
+            assert time.monotonic() < deadline, f"not {what} after {seconds}s"
+            time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGTERM, seconds: float = 60.0) -> int:
         self.proc.send_signal(sig)
         code = self.proc.wait(timeout=seconds)
         self._reader.join(timeout=5)
@@ -266,15 +276,80 @@ def test_console_command_serves_derived_series_and_stops_cleanly_on_sigterm(
         assert exporter.value("glassbox_window_seconds") == 5.0
         # /version is asked at the first poll and again while unanswered (a busy machine).
         assert exporter.wait_value("glassbox_vllm_info", version="0.32.0") == 1.0
-        # --interval 500ms: about four polls in two seconds.
+        # It keeps polling (how often is Poller.run's schedule, tested on a fake clock).
         polls = target.fake.polls
-        time.sleep(2.0)
-        assert 3 <= target.fake.polls - polls <= 5
-        assert httpx.get(exporter.url + "/healthz", timeout=5).text == "ok\n"
-        started = time.monotonic()
+        exporter.wait_for(lambda: target.fake.polls >= polls + 3, "three more polls")
+        assert httpx.get(exporter.url + "/healthz", timeout=30).text == "ok\n"
         assert exporter.stop(signal.SIGTERM) == 0
-        assert time.monotonic() - started < 3.0
     assert "Traceback" not in "".join(exporter.lines)
+
+
+def test_sigterm_ends_a_poll_that_hangs_at_once_not_at_its_deadline(
+    target: Misbehaving,
+) -> None:
+    hanging = threading.Event()
+
+    def stall(h: Any) -> None:
+        h.send_head(50_000)
+        h.wfile.flush()
+        hanging.set()
+        h.server.owner.stopping.wait(600)
+
+    target.behave(stall)
+    with running(["--target", target.url, "--timeout", "10m"]) as exporter:
+        assert hanging.wait(60), "the exporter did not poll"
+        # Waiting for the 10-minute deadline would run into this wait's limit.
+        assert exporter.stop(signal.SIGTERM, seconds=120) == 0
+    assert "Traceback" not in "".join(exporter.lines)
+
+
+class _FakeTime:
+    """Poller.run's clock and its stop event in one: waiting advances the clock."""
+
+    def __init__(self, poll_seconds: list[float]) -> None:
+        self.now = 0.0
+        self.poll_seconds = poll_seconds
+        self.starts: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
+        if path == "/version":
+            return '{"version": "0.32.0"}'
+        self.starts.append(self.now)
+        self.now += self.poll_seconds[len(self.starts) - 1]
+        return fixture_page("cpu-0.32/plain-idle.txt")
+
+    def close(self) -> None:
+        pass
+
+
+class _StopAfter(threading.Event):
+    def __init__(self, fake: _FakeTime) -> None:
+        super().__init__()
+        self.fake = fake
+
+    def is_set(self) -> bool:
+        return len(self.fake.starts) == len(self.fake.poll_seconds)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.fake.now += timeout or 0.0
+        return self.is_set()
+
+
+def test_poller_polls_every_interval_and_skips_the_ticks_a_slow_poll_missed() -> None:
+    fake = _FakeTime(poll_seconds=[0.1, 0.1, 1.2, 0.1, 0.1])
+    poller = Poller(
+        ExporterConfig(target="http://vllm.invalid", interval_seconds=0.5, window_seconds=5.0),
+        fetcher=fake,  # type: ignore[arg-type]
+        clock=fake.clock,
+    )
+    poller.run(_StopAfter(fake))
+    # The third poll overran two ticks: the next comes one interval after it, no burst.
+    assert fake.starts == pytest.approx([0.0, 0.5, 1.0, 2.7, 3.2])
+    assert poller.errors["slow"] == 1  # answered after the interval, and read
+    assert poller.history.restarts == 0
 
 
 def test_console_command_stops_cleanly_on_sigint(target: Misbehaving) -> None:
