@@ -7,6 +7,7 @@ canonical counters (`GENERATION_TOKENS`, `ITL_SUM`, ...) per engine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -142,22 +143,21 @@ def _first_present(samples: Samples, names: tuple[str, ...]) -> dict[Labels, flo
     return None
 
 
-def _int_label(d: Mapping[str, str], name: str) -> int | None:
+def _float_label(d: Mapping[str, str], name: str) -> float | None:
+    """A label's number; None when absent or not a finite, non-negative number."""
     raw = d.get(name)
     if raw is None or raw in ("None", ""):
         return None
     try:
-        return int(float(raw))
+        value = float(raw)
     except ValueError:
         return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
-def _float_label(d: Mapping[str, str], name: str) -> float | None:
-    raw = d.get(name)
-    try:
-        return float(raw) if raw not in (None, "None", "") else None
-    except ValueError:
-        return None
+def _int_label(d: Mapping[str, str], name: str) -> int | None:
+    value = _float_label(d, name)
+    return None if value is None else int(value)
 
 
 def _cache_configs(series: Mapping[Labels, float] | None) -> dict[str, CacheConfig]:

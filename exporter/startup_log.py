@@ -23,23 +23,27 @@ from dataclasses import dataclass, field, replace
 GIB = 1024**3
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Numbers as vLLM writes them, and no longer: a line whose number does not fit (1.2.3, a
+# thousand digits) is not a startup fact, so it never raises and never yields inf.
+_NUMBER = r"[0-9]{1,15}(?:\.[0-9]{1,15})?"
+_COUNT = r"[0-9]{1,3}(?:,[0-9]{3}){1,5}|[0-9]{1,18}"  # 487,424 or 487424
 _PROCESS = re.compile(r"\((?P<proc>[A-Za-z0-9_\-\[\]]+) pid=(?P<pid>\d+)\)")
 _WEIGHTS = re.compile(
-    r"(?:Model loading took|Loading model weights took) (?P<gib>[0-9.]+) (?:GiB|GB)"
-    r"(?: memory)?(?: and (?P<sec>[0-9.]+) seconds?)?"
+    rf"(?:Model loading took|Loading model weights took) (?P<gib>{_NUMBER}) (?:GiB|GB)"
+    rf"(?: memory)?(?: and (?P<sec>{_NUMBER}) seconds?)?"
 )
-_KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>[0-9.]+) ?GiB")
+_KV_MEMORY = re.compile(rf"Available KV cache memory: (?P<gib>{_NUMBER}) ?GiB")
 _KV_TOKENS = re.compile(
-    r"(?P<device>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<tokens>[0-9,]+) tokens"
+    rf"(?P<device>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<tokens>{_COUNT}) tokens"
 )
 _CONCURRENCY = re.compile(
-    r"Maximum concurrency for (?P<len>[0-9,]+) tokens per request: (?P<x>[0-9.]+)x"
+    rf"Maximum concurrency for (?P<len>{_COUNT}) tokens per request: (?P<x>{_NUMBER})x"
 )
-_LOAD_TIME = re.compile(r"Loading weights took (?P<sec>[0-9.]+) seconds")
+_LOAD_TIME = re.compile(rf"Loading weights took (?P<sec>{_NUMBER}) seconds")
 # "vLLM API server version X" (older); the banner's "█  version X" (0.30+), or
 # "vLLM server version X, serving model M" when the banner is off (VLLM_DISABLE_LOG_LOGO).
 _SERVER_START = re.compile(
-    r"(?:vLLM (?:API )?server version|█\s+version) (?P<version>[0-9][^\s,]*)"
+    r"(?:vLLM (?:API )?server version|█\s+version) (?P<version>[0-9][^\s,]{0,63})"
 )
 
 

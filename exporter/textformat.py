@@ -169,8 +169,10 @@ def parse_samples(text: str, wanted: Iterable[str], limits: Limits = DEFAULT_LIM
             raise PageError(e.reason, f"line {_line_of(text, start)}: {e}") from None
         series = samples.setdefault(name, {})
         if labels in series:
+            shown = ",".join(f"{k}={v!r}" for k, v in labels)
+            shown = shown if len(shown) <= 120 else shown[:117] + "..."
             raise PageError(
-                "duplicate_series", f"line {_line_of(text, start)}: {name}{{{labels}}} repeats"
+                "duplicate_series", f"line {_line_of(text, start)}: {name}{{{shown}}} repeats"
             )
         if len(series) >= limits.max_series_per_metric:
             raise PageError(

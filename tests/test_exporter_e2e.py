@@ -19,7 +19,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,7 +158,7 @@ class Workload:
     exporter: Page  # read once the exporter has polled the final counters
 
 
-def _wait_for_poll_after(plain: Plain, t: float, seconds: float = 30.0) -> Page:
+def _wait_for_poll_after(plain: Plain, t: float, seconds: float = 120.0) -> Page:
     """The exporter's page once it has completed a poll that started after unix time t."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -179,19 +179,38 @@ def workload(plain: Plain) -> Workload:
     read `before`'s counters and every poll after them reads `after`'s: its window
     (60 s, longer than all of this) holds exactly this workload.
     """
-    time.sleep(4 * INTERVAL)  # a few polls of the idle server
     before = plain.raw()
+    _wait_for_poll_after(plain, before.at)  # the window starts on the idle counters
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         for _ in range(3):
             prompts = [f"The cache pool holds blocks of tokens, number {i}" for i in range(4)]
             list(pool.map(lambda p: _complete(plain.vllm.url, p, 48), prompts))
-    time.sleep(1.0)  # vLLM records the last outputs' stats just after answering
-    after = plain.raw()
+    # vLLM records the last outputs' stats just after answering: wait until they are in.
+    generated = before.vllm("vllm:generation_tokens_total") + 12 * 48
+    finished = before.vllm("vllm:e2e_request_latency_seconds_count") + 12
+    after = _wait_for_raw(
+        plain,
+        lambda page: (
+            page.vllm("vllm:generation_tokens_total") >= generated
+            and page.vllm("vllm:e2e_request_latency_seconds_count") >= finished
+        ),
+    )
     exporter = _wait_for_poll_after(plain, after.at)
     assert plain.raw().vllm("vllm:generation_tokens_total") == after.vllm(
         "vllm:generation_tokens_total"
     ), "vLLM's counters moved after the workload"
     return Workload(before, after, exporter)
+
+
+def _wait_for_raw(plain: Plain, accept: Callable[[Page], bool], seconds: float = 120.0) -> Page:
+    """vLLM's own page, once it satisfies `accept`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        page = plain.raw()
+        if accept(page):
+            return page
+        assert time.monotonic() < deadline, "vLLM's counters never reached the workload's"
+        time.sleep(0.2)
 
 
 def _delta(w: Workload, name: str) -> float:
@@ -236,13 +255,14 @@ def test_engine_steps_equal_hand_computation_from_raw_counters(
     e = workload.exporter
     per_step = _exported(e, "glassbox_tokens_per_engine_step")
     assert per_step == pytest.approx(generated / steps, rel=REL)
-    assert per_step > 1.5  # four requests at a time share engine steps
+    # Four requests at a time share engine steps. How many overlap depends on the
+    # machine's load; that some did (more than one token per step) does not.
+    assert per_step > 1.0
 
-    # The window has not filled yet: it spans from the exporter's first poll to its latest.
+    # The window spans real polls: never more than the exporter has run, nor the window.
     covered = _exported(e, "glassbox_window_covered_seconds")
     latest = e.value("glassbox_last_scrape_success_timestamp_seconds") or 0.0
-    assert covered == pytest.approx(latest - plain.exporter_started, abs=2 * INTERVAL)
-    assert covered <= WINDOW
+    assert 0 < covered <= min(WINDOW, latest - plain.exporter_started)
     rate = _exported(e, "glassbox_engine_steps_per_second")
     assert rate == pytest.approx(steps / covered, rel=REL)
 
@@ -268,9 +288,15 @@ def test_kv_used_tokens_equal_usage_times_capacity_while_requests_hold_blocks(
     # 3 x 1,900 tokens overflow the 4,096-token pool: blocks stay held for a long while.
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         running = [pool.submit(_complete, url, f"Write a long essay {i}", 1900) for i in range(3)]
-        # They hold blocks from their prefill on. Pause after a fixed delay, not on a read
-        # of vLLM's /metrics: while it decodes here, one read can take seconds.
-        time.sleep(3.0)
+        # They hold blocks from their prefill on: pause once vLLM shows them running (a
+        # read of its /metrics can take seconds while it decodes; 1,900 tokens take longer).
+        _wait_for_raw(
+            plain,
+            lambda page: (
+                page.vllm("vllm:num_requests_running") > 0
+                and page.vllm("vllm:kv_cache_usage_perc") > 0
+            ),
+        )
         keep = {"mode": "keep", "clear_cache": "false"}  # clearing would free the blocks
         httpx.post(url + "/pause", params=keep, timeout=30).raise_for_status()
         try:

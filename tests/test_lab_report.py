@@ -520,7 +520,9 @@ def test_local_backend_runs_all_three_phases_on_the_real_vllm(tmp_path: Path) ->
     for v in (small, wide):
         assert (v["kv_cache_tokens"], v["kv_cache_blocks"], v["block_size"]) == (4096, 32, 128)
         assert v["generated_tokens"] == 64 and v["forward_passes"] == 63
-        assert 0 < v["tpot_seconds"] < 1 and 0 < v["ttft_seconds"] < 10
+        # Seconds, not milliseconds: a tiny model's token takes milliseconds however busy
+        # the machine is, and a 3-token prefill never a minute.
+        assert 0 < v["tpot_seconds"] < 1 and 0 < v["ttft_seconds"] < 60
         assert v["vllm_version"] == "0.32.0"
     assert quant["fit"]["r_squared"] == 1.0  # two points
     assert [p["name"] for p in quant["fit"]["predictions"]] == ["small", "wide"]

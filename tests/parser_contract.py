@@ -1,0 +1,77 @@
+"""What the page parser and the log parser promise for ANY input: the fuzzers' oracle.
+
+`scripts/fuzz_parsers.py` feeds these two functions with inputs atheris mutates from the
+captured pages and logs; `tests/test_parser_contract.py` replays the inputs it kept. A
+violation is an `AssertionError` (or any exception other than the ones allowed here).
+
+- The page parser (`read_snapshot`, the path a poll takes after the fetch) either returns
+  a Snapshot whose numbers are all finite, or raises `PageError` whose reason is one of
+  ERROR_REASONS and whose message is a short line (it goes into a log line).
+- The log parser (`read_facts`, and `StartupFacts.feed` line by line as the follower
+  does) never raises, whatever the log holds, and every fact it returns is a usable
+  number: finite, not negative.
+
+Both call only the public functions, so whatever is added behind them is covered too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from vllm_glassbox.exporter.snapshot import Snapshot, read_snapshot
+from vllm_glassbox.exporter.startup_log import StartupFacts, read_facts
+from vllm_glassbox.exporter.textformat import ERROR_REASONS, Limits, PageError
+
+# Small limits, so that the fuzzer reaches the cardinality checks with small inputs.
+PAGE_LIMITS = Limits(max_series_per_metric=8, max_label_value_length=64)
+MAX_MESSAGE = 400
+
+
+def check_page(data: bytes) -> Snapshot | PageError | None:
+    """Run one page through the parser; None when the bytes are not UTF-8 (the fetcher
+    refuses those itself, as reason `decode`)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    try:
+        snapshot = read_snapshot(text, PAGE_LIMITS)
+    except PageError as e:
+        assert e.reason in ERROR_REASONS, e.reason
+        message = str(e)
+        assert message and "\n" not in message, repr(message)
+        assert len(message) <= MAX_MESSAGE, f"{len(message)}-character message"
+        return e
+    for key, sample in snapshot.engines.items():
+        for name, value in {**sample.counters, **sample.gauges}.items():
+            assert math.isfinite(value), (key, name, value)
+    if snapshot.process_start_time is not None:
+        assert math.isfinite(snapshot.process_start_time)
+    for cache in snapshot.cache.values():
+        for value in (cache.blocks, cache.block_size, cache.capacity_tokens):
+            assert value is None or value >= 0, cache
+    return snapshot
+
+
+def _assert_usable(facts: StartupFacts) -> None:
+    for field in dataclasses.fields(facts):
+        value = getattr(facts, field.name)
+        values = value.values() if isinstance(value, dict) else [value]
+        for v in values:
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                assert math.isfinite(v) and v >= 0, (field.name, v)
+    if facts.weights_bytes is not None:
+        assert math.isfinite(facts.weights_bytes) and facts.weights_bytes >= 0
+
+
+def check_log(data: bytes) -> StartupFacts:
+    """Run one log through the parser, whole and line by line; it must never raise."""
+    text = data.decode("utf-8", "replace")  # as LogFollower decodes
+    whole = read_facts(text)
+    _assert_usable(whole)
+    facts = StartupFacts()
+    for line in text.split("\n"):
+        facts = facts.feed(line)
+        _assert_usable(facts)
+    return whole

@@ -1,0 +1,71 @@
+"""Inputs the fuzzers found interesting, replayed: the parsers keep their contract.
+
+`scripts/fuzz.sh` fuzzes the page parser and the log parser against
+tests/parser_contract.py (only clean, reasoned errors; only finite numbers out). Every
+input it made fail, and the hand-made cases of the same kind, is kept under
+tests/fixtures/fuzz/<target>/ and replayed here; the named tests below say what each
+taught.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot
+from vllm_glassbox.exporter.textformat import PageError
+
+from tests.parser_contract import MAX_MESSAGE, check_log, check_page
+
+KEPT = Path(__file__).parent / "fixtures" / "fuzz"
+PAGES = sorted((KEPT / "page").iterdir())
+LOGS = sorted((KEPT / "log").iterdir())
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.name for p in PAGES])
+def test_kept_page_is_read_or_refused_with_a_reason(path: Path) -> None:
+    check_page(path.read_bytes())
+
+
+@pytest.mark.parametrize("path", LOGS, ids=[p.name for p in LOGS])
+def test_kept_log_is_read_without_an_error_and_with_finite_facts(path: Path) -> None:
+    check_log(path.read_bytes())
+
+
+def test_a_duplicate_series_is_named_in_a_bounded_message() -> None:
+    # Found by the page fuzzer: the message printed the whole label set, so a page with
+    # long labels put kilobytes into one log line at every failing poll.
+    refused = check_page((KEPT / "page" / "duplicate-series-with-many-labels.txt").read_bytes())
+    assert isinstance(refused, PageError) and refused.reason == "duplicate_series"
+    assert "vllm:num_requests_running{" in str(refused)
+    assert len(str(refused)) <= MAX_MESSAGE
+
+
+def test_absurd_numbers_in_cache_config_labels_are_unknown_not_a_crash() -> None:
+    # num_gpu_blocks="1e400" raised OverflowError out of the parser (a bug, not a reason);
+    # a negative block size made a negative pool. Both are now unknown.
+    snapshot = check_page((KEPT / "page" / "cache-config-absurd-numbers.txt").read_bytes())
+    assert isinstance(snapshot, Snapshot)
+    cache = snapshot.cache_for(EngineKey("m", "0"))
+    assert cache is not None
+    assert cache.blocks is None and cache.block_size is None and cache.capacity_tokens is None
+    assert cache.gpu_memory_utilization is None
+
+
+def test_log_numbers_that_do_not_parse_are_no_facts() -> None:
+    # "1.2.3 GiB" matched [0-9.]+ and float() raised ValueError out of the log follower,
+    # which the poll did not expect: that poll published glassbox_target_up 0.
+    facts = check_log((KEPT / "log" / "numbers-that-are-not-numbers.log").read_bytes())
+    assert facts.weights_bytes is None
+    assert facts.kv_cache_memory_bytes is None
+    assert facts.max_concurrency is None and facts.weights_load_seconds is None
+
+
+def test_log_numbers_of_thousands_of_digits_are_no_facts() -> None:
+    # 5,000 digits: int() refuses more than 4,300 (ValueError); 400 digits: float() gives
+    # inf, which would have been published as glassbox_kv_cache_memory_bytes +Inf.
+    facts = check_log((KEPT / "log" / "numbers-with-thousands-of-digits.log").read_bytes())
+    assert facts.kv_cache_tokens is None
+    assert facts.kv_cache_memory_bytes is None
+    assert facts.weights_bytes is None
+    assert facts.vllm_version is not None and len(facts.vllm_version) <= 64
