@@ -41,7 +41,7 @@ class Weights:
 class PollState:
     """Everything one publication is built from."""
 
-    up: bool
+    up: bool | None  # None until the first poll has ended: not known yet, not down
     window_seconds: float
     scrape_duration_seconds: float
     errors: Mapping[str, int]
@@ -194,12 +194,16 @@ def static_families(state: PollState) -> list[Metric]:
 
 def self_families(state: PollState) -> list[Metric]:
     """The exporter observing itself and its target; present whatever vLLM does."""
-    families: list[Metric] = [
-        GaugeMetricFamily(
-            "glassbox_target_up",
-            "1 if the last poll of vLLM succeeded, else 0.",
-            value=1.0 if state.up else 0.0,
-        ),
+    families: list[Metric] = []
+    if state.up is not None:
+        families.append(
+            GaugeMetricFamily(
+                "glassbox_target_up",
+                "1 if the last poll of vLLM succeeded, else 0.",
+                value=1.0 if state.up else 0.0,
+            )
+        )
+    families += [
         GaugeMetricFamily(
             "glassbox_scrape_duration_seconds",
             "Wall time of the last poll of vLLM (fetch, parse, derive).",

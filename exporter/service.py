@@ -93,7 +93,9 @@ class Poller:
         self._slow = False  # whether the latest poll answered after the interval
         self._stopping = False
         self._published: list[Metric] = []
-        self._publish(up=False, duration=0.0, snapshot=None)
+        # Before the first poll ends vLLM is neither up nor down: no glassbox_target_up
+        # yet, so a restarted exporter never shows a target down that is not.
+        self._publish(up=None, duration=0.0, snapshot=None)
 
     @property
     def published(self) -> list[Metric]:
@@ -174,7 +176,7 @@ class Poller:
         except (PageError, ValueError, AttributeError):
             return None
 
-    def _publish(self, up: bool, duration: float, snapshot: Snapshot | None) -> None:
+    def _publish(self, up: bool | None, duration: float, snapshot: Snapshot | None) -> None:
         facts = self.log_follower.facts if self.log_follower else None
         state = PollState(
             up=up,

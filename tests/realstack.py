@@ -12,29 +12,35 @@ workload is fixed and runs before any test looks at the data:
                  requests wait, vLLM preempts.
 
 Prometheus scrapes vLLM and the exporter every second and evaluates every rule file in
-alerts/ every second.
+alerts/ every second. The exporter runs as its own process (the `glassbox exporter`
+command, as the sidecar does): in the test process it shared the interpreter with the
+flood's client threads, and on a loaded machine Prometheus' scrapes of it timed out.
+`Service`, `vllm_server`, `start_exporter` and `start_prometheus` are also what the chaos
+tests kill and restart (tests/test_chaos_realdata.py).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
 import shutil
+import signal
 import subprocess
-import threading
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
-from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
 from vllm_glassbox.lab.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
 REPO = Path(__file__).resolve().parent.parent
+GLASSBOX = str(Path(sys.executable).parent / "glassbox")
 SPEC_CONFIG = (
     '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":1}'
 )
@@ -46,6 +52,50 @@ SPEC_QUIET_SECONDS = 12.0
 # drafts are accepted and the flood stays short on two CPU cores.
 FLOOD_REQUESTS = 12
 FLOOD_MAX_TOKENS = 600
+
+
+@dataclass
+class Service:
+    """A command run as a child in its own session, its output in a file. Stopping it
+    (SIGTERM, then SIGKILL) takes its whole process group; `kill()` is the crash."""
+
+    argv: list[str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Service:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        return self
+
+    def stop(self, grace_seconds: float = 30.0) -> int | None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 10.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                return proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+        return None
+
+    def kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
 @dataclass
@@ -63,15 +113,7 @@ class RealStack:
         return self.times["spec_end"] + SPEC_QUIET_SECONDS - 2.0
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        params: dict[str, str | float] = {"query": expr}
-        if at is not None:
-            params["time"] = at
-        r = httpx.get(self.prometheus_url + "/api/v1/query", params=params, timeout=10)
-        r.raise_for_status()
-        body = r.json()
-        assert body["status"] == "success", body
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
+        return prometheus_query(self.prometheus_url, expr, at)
 
     def query_range(
         self, expr: str, start: float, end: float, step: float = 1.0
@@ -86,6 +128,18 @@ class RealStack:
         return result
 
 
+def prometheus_query(url: str, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+    params: dict[str, str | float] = {"query": expr}
+    if at is not None:
+        params["time"] = at
+    r = httpx.get(url + "/api/v1/query", params=params, timeout=30)
+    r.raise_for_status()
+    body = r.json()
+    assert body["status"] == "success", body
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
 def complete(url: str, model: str, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **extra}
     r = httpx.post(url + "/v1/completions", json=body, timeout=600)
@@ -94,45 +148,25 @@ def complete(url: str, model: str, prompt: str, max_tokens: int, **extra: Any) -
     return result
 
 
-def _prometheus_config(targets: dict[str, str], rule_files: list[str]) -> dict[str, Any]:
-    return {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
-        "rule_files": rule_files,
-        "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [hostport]}]}
-            for job, hostport in targets.items()
-        ],
-    }
-
-
-def _wait_http(url: str, timeout_seconds: float = 60.0) -> None:
+def wait_until(condition: Callable[[], bool], what: str, timeout_seconds: float = 120.0) -> None:
+    """Poll `condition` (errors count as not yet) until it holds; fail naming `what`."""
     deadline = time.monotonic() + timeout_seconds
-    while time.monotonic() < deadline:
+    while True:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
+            if condition():
                 return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not {what} after {timeout_seconds:g}s")
         time.sleep(0.3)
-    raise RuntimeError(f"{url} not up after {timeout_seconds}s")
 
 
-def _wait_scraped(stack: RealStack, jobs: set[str], timeout_seconds: float = 60.0) -> None:
-    """Until Prometheus has scraped every job once: "ready" comes first, and its target
-    discovery hands over the static targets only on a 5 s tick."""
-    deadline = time.monotonic() + timeout_seconds
-    while time.monotonic() < deadline:
-        up = {r["metric"]["job"] for r in stack.query("up == 1")}
-        if jobs <= up:
-            return
-        time.sleep(0.3)
-    raise RuntimeError(f"Prometheus has not scraped {sorted(jobs)} after {timeout_seconds}s")
+def _http_ok(url: str) -> bool:
+    return httpx.get(url, timeout=5).status_code == 200
 
 
-@contextlib.contextmanager
-def real_stack(workdir: Path) -> Iterator[RealStack]:
-    if shutil.which("prometheus") is None:
-        raise RuntimeError("Debian's prometheus is not installed (scripts/setup.sh installs it)")
-    model_dir = generate(TinyModelSpec("tiny-stack"), workdir / "models")
-    vllm = ServerProcess(
+def vllm_server(workdir: Path, model_dir: Path, port: int | None = None) -> ServerProcess:
+    """The stack's vLLM (not started): ngram speculation, a 4,096-token pool (8 MiB of KV)."""
+    return ServerProcess(
         [
             "--model",
             str(model_dir),
@@ -148,72 +182,112 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
             "--enforce-eager",
         ],
         log_path=workdir / "vllm.log",
+        port=port,
     )
-    stop = threading.Event()
-    prometheus: subprocess.Popen[bytes] | None = None
-    with vllm:
-        vllm.wait_ready()
-        poller = Poller(
-            ExporterConfig(
-                target=vllm.url,
-                interval_seconds=1.0,
-                window_seconds=EXPORTER_WINDOW_SECONDS,
-                timeout_seconds=0.9,
-                model_dir=str(model_dir),
-                vllm_log=str(vllm.log_path),
-                peak_bandwidth=20e9,
-            )
-        )
-        server = make_server(poller, "127.0.0.1", free_port())
-        threading.Thread(target=poller.run, args=(stop,), daemon=True).start()
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        exporter_hostport = f"127.0.0.1:{server.server_address[1]}"
+
+
+def start_exporter(vllm: ServerProcess, model_dir: Path, port: int, workdir: Path) -> Service:
+    """`glassbox exporter` beside vLLM, polling every second; ready when it answers."""
+    exporter = Service(
+        [
+            GLASSBOX,
+            "exporter",
+            "--target",
+            vllm.url,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--interval",
+            "1s",
+            "--window",
+            f"{EXPORTER_WINDOW_SECONDS:g}s",
+            "--model-dir",
+            str(model_dir),
+            "--vllm-log",
+            str(vllm.log_path),
+            "--gpu-memory-bandwidth",
+            "20e9",
+        ],
+        workdir / "exporter.log",
+    ).start()
+    wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), "the exporter serving")
+    return exporter
+
+
+def start_prometheus(workdir: Path, targets: dict[str, str], port: int) -> Service:
+    """Prometheus scraping `targets` (job -> host:port) and evaluating alerts/*.yaml every
+    second, its TSDB in workdir (kept across a restart); ready when it says so."""
+    config = workdir / "prometheus.yml"
+    rule_files = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml"))
+    config.write_text(yaml.safe_dump(_prometheus_config(targets, rule_files)))
+    prometheus = Service(
+        [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        workdir / "prometheus.log",
+    ).start()
+    wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/-/ready"), "Prometheus ready")
+    return prometheus
+
+
+def wait_scraped(prometheus_url: str, jobs: set[str], after: float | None = None) -> None:
+    """Until Prometheus has a successful scrape of every job (after unix time `after`):
+    "ready" comes first, and its target discovery hands over static targets on a 5 s tick."""
+
+    def scraped() -> bool:
+        result = prometheus_query(prometheus_url, "timestamp(up == 1)")
+        seen = {r["metric"]["job"] for r in result if float(r["value"][1]) > (after or 0.0)}
+        return jobs <= seen
+
+    wait_until(scraped, f"{sorted(jobs)} scraped by Prometheus")
+
+
+def _prometheus_config(targets: dict[str, str], rule_files: list[str]) -> dict[str, Any]:
+    return {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
+        "rule_files": rule_files,
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [hostport]}]}
+            for job, hostport in targets.items()
+        ],
+    }
+
+
+@contextlib.contextmanager
+def real_stack(workdir: Path) -> Iterator[RealStack]:
+    if shutil.which("prometheus") is None:
+        raise RuntimeError("Debian's prometheus is not installed (scripts/setup.sh installs it)")
+    model_dir = generate(TinyModelSpec("tiny-stack"), workdir / "models")
+    exporter: Service | None = None
+    prometheus: Service | None = None
+    with vllm_server(workdir, model_dir) as vllm:
         try:
-            prom_port = free_port()
-            rule_files = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml"))
-            config = workdir / "prometheus.yml"
-            config.write_text(
-                yaml.safe_dump(
-                    _prometheus_config(
-                        {"vllm": vllm.url.removeprefix("http://"), "glassbox": exporter_hostport},
-                        rule_files,
-                    )
-                )
-            )
-            with open(workdir / "prometheus.log", "wb") as prom_log:
-                prometheus = subprocess.Popen(
-                    [
-                        "prometheus",
-                        f"--config.file={config}",
-                        f"--storage.tsdb.path={workdir / 'tsdb'}",
-                        f"--web.listen-address=127.0.0.1:{prom_port}",
-                    ],
-                    stdout=prom_log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            vllm.wait_ready()
+            exporter_port, prom_port = free_port(), free_port()
+            exporter = start_exporter(vllm, model_dir, exporter_port, workdir)
+            targets = {
+                "vllm": vllm.url.removeprefix("http://"),
+                "glassbox": f"127.0.0.1:{exporter_port}",
+            }
+            prometheus = start_prometheus(workdir, targets, prom_port)
             stack = RealStack(
                 vllm,
-                f"http://{exporter_hostport}",
+                f"http://127.0.0.1:{exporter_port}",
                 f"http://127.0.0.1:{prom_port}",
                 model_dir,
                 "tiny",
             )
-            _wait_http(stack.prometheus_url + "/-/ready")
-            _wait_scraped(stack, {"vllm", "glassbox"})
-            time.sleep(3)  # a few scrapes of the idle server first
+            # A few scrapes of the idle server first.
+            for _ in range(3):
+                wait_scraped(stack.prometheus_url, set(targets), after=time.time())
             _run_workload(stack)
             yield stack
         finally:
-            stop.set()
-            server.shutdown()
-            server.server_close()
-            if prometheus is not None:
-                prometheus.terminate()
-                try:
-                    prometheus.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    prometheus.kill()
+            for service in (prometheus, exporter):
+                if service is not None:
+                    service.stop()
 
 
 def _run_workload(stack: RealStack) -> None:
@@ -246,4 +320,5 @@ def _run_workload(stack: RealStack) -> None:
         for f in futures:
             f.result()
     t["flood_end"] = time.time()
-    time.sleep(3)  # let Prometheus scrape the end state
+    # Tests read the end state at flood_end + 2: let Prometheus scrape past it.
+    wait_scraped(stack.prometheus_url, {"vllm", "glassbox"}, after=t["flood_end"] + 2)

@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox import __version__
 from vllm_glassbox.exporter.derive import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
 from vllm_glassbox.exporter.textformat import ERROR_REASONS
@@ -317,6 +318,26 @@ def test_own_metrics_are_served_while_a_poll_hangs(target: Misbehaving) -> None:
         # Still the last good poll's publication: the hanging poll has not ended.
         assert s.value("glassbox_target_up") == 1.0 and s.names() >= DERIVED
         assert s.errors()["timeout"] == 0
+
+
+def test_a_target_not_polled_yet_is_neither_up_nor_down(target: Misbehaving) -> None:
+    """Until its first poll ends the exporter knows nothing of vLLM: no target_up (a
+    restarted exporter must not show a target down that is not), its counters at 0."""
+    hanging = threading.Event()
+
+    def stall(h: Any) -> None:
+        h.send_head(50_000)
+        h.wfile.flush()
+        hanging.set()
+        h.server.owner.stopping.wait(600)
+
+    target.behave(stall)
+    with _exporter(target, timeout=600.0) as exporter:
+        assert hanging.wait(60), "the exporter did not poll"
+        s = exporter.scrape()
+        assert s.value("glassbox_target_up") is None
+        assert s.errors() == dict.fromkeys(FAILURE_REASONS, 0.0)
+        assert s.value("glassbox_build_info", version=__version__) == 1.0
 
 
 def test_busy_vllm_that_answers_late_is_up_and_counted_slow(target: Misbehaving) -> None:
