@@ -47,10 +47,12 @@ SPEC_CONFIG = (
 REPETITIVE_PROMPT = " ".join(["1 2 3 4 5"] * 10)
 EXPORTER_WINDOW_SECONDS = 60.0
 SPEC_QUIET_SECONDS = 12.0
-# 12 sequences of ~620 tokens need ~7,400 tokens of KV: the 4,096-token pool overflows
-# and vLLM preempts. Greedy decoding of random weights repeats itself, so the ngram
-# drafts are accepted and the flood stays short on two CPU cores.
-FLOOD_REQUESTS = 12
+# 16 sequences of ~620 tokens need ~9,900 tokens of KV: the 4,096-token pool overflows,
+# vLLM preempts, and requests keep waiting at a full pool for several seconds (with 12
+# the full-pool-and-a-queue moment was too short for 1 s scrapes to catch every time).
+# Greedy decoding of random weights repeats itself, so the ngram drafts are accepted
+# and the flood stays short on two CPU cores.
+FLOOD_REQUESTS = 16
 FLOOD_MAX_TOKENS = 600
 
 
@@ -305,7 +307,7 @@ def _run_workload(stack: RealStack) -> None:
     t["spec_end"] = time.time()
     time.sleep(SPEC_QUIET_SECONDS)
     t["flood_start"] = time.time()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=FLOOD_REQUESTS) as pool:
         futures = [
             pool.submit(
                 complete,

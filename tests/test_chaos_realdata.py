@@ -1,0 +1,472 @@
+"""Chaos on the real stack: vLLM killed in the middle of a flood and started again, the
+exporter restarted, Prometheus restarted; then Prometheus' record of the whole run is read.
+
+One vLLM CPU server (ngram speculation, a 4,096-token pool: tests/realstack.py), the
+`glassbox exporter` command polling it every second, Prometheus scraping both and
+evaluating alerts/*.yaml every second. In order:
+
+  flood      12 long requests; once vLLM preempts, its process group gets SIGKILL
+  outage     until vLLM, started again on the same port, answers /health
+  traffic    a few requests, so the derived series come back
+  exporter   SIGTERM, then started again on the same port
+  prometheus SIGTERM, then started again on the same TSDB
+
+What must hold afterwards:
+
+- no series of the exporter is ever negative, and no windowed series spikes: each value
+  lies within the values the derivation core (exporter/derive.py) gives on vLLM's raw
+  counters, as Prometheus scraped them independently, for every window whose ends lie
+  within a few seconds of the exporter's own window (`SPIKE_FACTOR` of slack);
+- `VLLMTargetRestarted` fires after the kill, from both signals, never before, and the
+  exporter's and Prometheus' restarts add nothing to it (one vLLM restart counted);
+- `GlassboxTargetDown` is pending from the kill until vLLM is back, and at no other
+  time: not while vLLM was flooded (busy is slow, not down), not when the exporter
+  restarted. Its `for: 5m` starts at the kill, so it would fire after 5 minutes;
+- `GlassboxExporterAbsent` is pending only while the exporter or Prometheus restarts;
+- a restart is not a preemption storm: no storm episode starts after the kill.
+
+The figures are printed (pytest -s): the closing note of the run.
+"""
+
+from __future__ import annotations
+
+import bisect
+import concurrent.futures
+import contextlib
+import math
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.exporter.derive import WINDOWED, Context, Increase
+from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot, read_snapshot
+from vllm_glassbox.lab.server_process import ServerProcess, free_port
+from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+
+from tests.realstack import (
+    FLOOD_MAX_TOKENS,
+    FLOOD_REQUESTS,
+    REPETITIVE_PROMPT,
+    Service,
+    complete,
+    prometheus_query,
+    start_exporter,
+    start_prometheus,
+    vllm_server,
+    wait_scraped,
+    wait_until,
+)
+
+pytestmark = pytest.mark.vllm
+
+MODEL = "tiny"
+PEAK_BANDWIDTH = 20e9  # what start_exporter tells the exporter
+# A value is a spike when it leaves, by this factor, the range the derivation core gives
+# for windows of the raw counters whose ends are within ALIGN_SECONDS of the exporter's.
+# The windows differ by the 1 s scrape and poll periods only; a miscounted restart adds
+# a whole process's counters at once, which is many times more.
+SPIKE_FACTOR = 1.5
+ALIGN_SECONDS = 2.5
+
+
+@dataclass
+class Chaos:
+    prometheus_url: str
+    times: dict[str, float] = field(default_factory=dict)
+    exporter_exit_code: int | None = None
+    preempted_before_kill: float = 0.0
+    exporter_log: str = ""
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        return prometheus_query(self.prometheus_url, expr, at)
+
+    @property
+    def run_range(self) -> str:
+        return f"{math.ceil(self.times['end'] - self.times['start']) + 1}s"
+
+    def samples(self, selector: str) -> list[dict[str, Any]]:
+        """Every sample Prometheus holds for `selector` over the run (scrape timestamps)."""
+        return self.query(f"{selector}[{self.run_range}]", at=self.times["end"])
+
+
+def _vllm_value(url: str, name: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=30).text
+    return sum(
+        s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name
+    )
+
+
+def _exporter_value(url: str, name: str) -> float | None:
+    text = httpx.get(url + "/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name:
+                return float(s.value)
+    return None
+
+
+def _flood_request(url: str, i: int) -> None:
+    with contextlib.suppress(httpx.HTTPError):  # the kill cuts them: that is the point
+        complete(
+            url,
+            MODEL,
+            f"Write an extremely long and detailed essay, number {i}.",
+            FLOOD_MAX_TOKENS,
+            ignore_eos=True,
+        )
+
+
+def _traffic(vllm: ServerProcess) -> None:
+    """Four concurrent speculative requests: every derived series has data again."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        list(
+            pool.map(
+                lambda _: complete(
+                    vllm.url, MODEL, REPETITIVE_PROMPT, 64, repetition_penalty=1.0, ignore_eos=True
+                ),
+                range(4),
+            )
+        )
+
+
+@pytest.fixture(scope="module")
+def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
+    work = tmp_path_factory.mktemp("chaos")
+    model_dir = generate(TinyModelSpec("tiny-stack"), work / "models")
+    vllm_port, exporter_port, prometheus_port = free_port(), free_port(), free_port()
+    exporter_url = f"http://127.0.0.1:{exporter_port}"
+    jobs = {"vllm": f"127.0.0.1:{vllm_port}", "glassbox": f"127.0.0.1:{exporter_port}"}
+    vllm = vllm_server(work, model_dir, vllm_port)
+    exporter: Service | None = None
+    prometheus: Service | None = None
+    run = Chaos(f"http://127.0.0.1:{prometheus_port}")
+    t = run.times
+    try:
+        vllm.start()
+        vllm.wait_ready()
+        exporter = start_exporter(vllm, model_dir, exporter_port, work)
+        prometheus = start_prometheus(work, jobs, prometheus_port)
+        for _ in range(3):  # a few scrapes of the idle server
+            wait_scraped(run.prometheus_url, set(jobs), after=time.time())
+        t["start"] = time.time()
+
+        # The flood, and SIGKILL once vLLM preempts: requests in flight, pool full.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=FLOOD_REQUESTS) as pool:
+            t["flood_start"] = time.time()
+            for i in range(FLOOD_REQUESTS):
+                pool.submit(_flood_request, vllm.url, i)
+            wait_until(
+                lambda: _vllm_value(vllm.url, "vllm:num_preemptions_total") > 0,
+                "vLLM preempting",
+                timeout_seconds=300,
+            )
+            run.preempted_before_kill = _vllm_value(vllm.url, "vllm:num_preemptions_total")
+            t["kill"] = time.time()
+            assert vllm.pid is not None
+            os.killpg(vllm.pid, signal.SIGKILL)
+            vllm.stop()  # reaps what the kill left
+        wait_until(lambda: _exporter_value(exporter_url, "glassbox_target_up") == 0.0, "down")
+
+        # vLLM again, on the same port; traffic until the derived series are back.
+        vllm = vllm_server(work, model_dir, vllm_port)
+        vllm.start()
+        vllm.wait_ready()
+        t["vllm_ready"] = time.time()
+        _traffic(vllm)
+        wait_until(
+            lambda: _exporter_value(exporter_url, "glassbox_tokens_per_forward_pass") is not None,
+            "derived series back",
+        )
+        t["vllm_back"] = time.time()
+
+        # The exporter, restarted.
+        t["exporter_stop"] = time.time()
+        run.exporter_exit_code = exporter.stop()
+        exporter = start_exporter(vllm, model_dir, exporter_port, work)
+        t["exporter_start"] = time.time()
+        wait_scraped(run.prometheus_url, {"glassbox"}, after=t["exporter_start"])
+        _traffic(vllm)
+
+        # Prometheus, restarted on the same TSDB.
+        t["prometheus_stop"] = time.time()
+        prometheus.stop()
+        prometheus = start_prometheus(work, jobs, prometheus_port)
+        t["prometheus_start"] = time.time()
+        wait_scraped(run.prometheus_url, set(jobs), after=t["prometheus_start"])
+        _traffic(vllm)
+        # The exporter polls the last counters, and Prometheus scrapes it after that.
+        wait_scraped(run.prometheus_url, set(jobs), after=time.time() + 2)
+        t["end"] = time.time()
+        run.exporter_log = exporter.log_text()
+        yield run
+    finally:
+        for service in (prometheus, exporter):
+            if service is not None:
+                service.stop()
+        vllm.stop()
+
+
+# --- the alerts -------------------------------------------------------------------------
+
+
+def _alert_samples(run: Chaos, name: str, state: str = "pending|firing") -> list[float]:
+    """Evaluation times at which Prometheus wrote ALERTS{alertname=name} in `state`."""
+    result = run.samples(f'ALERTS{{alertname="{name}", alertstate=~"{state}"}}')
+    return sorted(float(ts) for series in result for ts, _ in series["values"])
+
+
+def _active_since(run: Chaos, name: str) -> list[float]:
+    """ALERTS_FOR_STATE: when each episode of the alert became active (unix seconds)."""
+    result = run.samples(f'ALERTS_FOR_STATE{{alertname="{name}"}}')
+    return sorted({float(v) for series in result for _, v in series["values"]})
+
+
+def _within(times: list[float], *spans: tuple[float, float]) -> list[float]:
+    """The times outside every span."""
+    return [x for x in times if not any(a <= x <= b for a, b in spans)]
+
+
+def test_vllm_restart_fires_vllm_target_restarted_from_both_signals_and_counts_once(
+    chaos: Chaos,
+) -> None:
+    t = chaos.times
+    firing = _alert_samples(chaos, "VLLMTargetRestarted", "firing")
+    print(
+        f"VLLMTargetRestarted firing from {min(firing) - t['kill']:.1f}s after the kill"
+        if firing
+        else "VLLMTargetRestarted never fired"
+    )
+    assert firing and min(firing) >= t["kill"], "fired before vLLM was killed"
+    at_end = chaos.query('ALERTS{alertname="VLLMTargetRestarted"}', at=t["end"])
+    # Both signals: the exporter's restart counter (job glassbox) and Prometheus' own view
+    # of vLLM's process_start_time_seconds (job vllm).
+    assert {r["metric"]["job"] for r in at_end} == {"glassbox", "vllm"}
+    # One restart: the exporter's and Prometheus' own restarts add none.
+    counted = chaos.query(f"max_over_time(glassbox_target_restarts_total[{chaos.run_range}])")
+    assert [float(r["value"][1]) for r in counted] == [1.0]
+    changes = chaos.query(
+        f'changes(process_start_time_seconds{{job="vllm"}}[{chaos.run_range}])', at=t["end"]
+    )
+    assert [float(r["value"][1]) for r in changes] == [1.0]
+
+
+def test_target_down_is_pending_from_the_kill_until_vllm_is_back_and_at_no_other_time(
+    chaos: Chaos,
+) -> None:
+    t = chaos.times
+    pending = _alert_samples(chaos, "GlassboxTargetDown")
+    since = _active_since(chaos, "GlassboxTargetDown")
+    print(
+        f"GlassboxTargetDown pending for {len(pending)} evaluations, active since "
+        f"{[round(s - t['kill'], 1) for s in since]}s after the kill; vLLM was back "
+        f"{t['vllm_ready'] - t['kill']:.0f}s after it"
+    )
+    assert pending, "the outage was not seen"
+    # Only during the outage (plus the exporter's next poll and Prometheus' next scrape
+    # and evaluation): not in the flood before the kill, not at the exporter's restart.
+    assert _within(pending, (t["kill"], t["vllm_ready"] + 10)) == []
+    # `for: 5m` counts from the kill: it would fire if the outage lasted 5 minutes.
+    assert len(since) == 1 and t["kill"] <= since[0] <= t["kill"] + 10
+    errors = {
+        r["metric"]["reason"]: float(r["value"][1])
+        for r in chaos.query(
+            f"max_over_time(glassbox_scrape_errors_total[{chaos.run_range}]) > 0", at=t["end"]
+        )
+    }
+    print(f"the exporter's polls by reason (first exporter process): {errors}")
+    assert errors.get("connect", 0) > 0, "the outage was not counted as connect"
+
+
+def test_exporter_absent_is_pending_only_while_the_exporter_or_prometheus_restarts(
+    chaos: Chaos,
+) -> None:
+    t = chaos.times
+    pending = _alert_samples(chaos, "GlassboxExporterAbsent")
+    print(f"GlassboxExporterAbsent pending for {len(pending)} evaluations")
+    outside = _within(
+        pending,
+        (t["exporter_stop"], t["exporter_start"] + 10),
+        (t["prometheus_stop"], t["prometheus_start"] + 10),
+    )
+    assert outside == [], [round(x - t["start"], 1) for x in outside]
+    assert chaos.exporter_exit_code == 0, "the exporter did not stop cleanly on SIGTERM"
+
+
+def test_a_restart_is_not_a_preemption_storm(chaos: Chaos) -> None:
+    t = chaos.times
+    since = _active_since(chaos, "VLLMPreemptionStorm")
+    print(
+        f"{chaos.preempted_before_kill:g} preemptions before the kill; storm episodes "
+        f"active since {[round(s - t['kill'], 1) for s in since]}s after the kill"
+    )
+    assert all(s <= t["kill"] for s in since), "a storm started after vLLM restarted"
+    # Pre-kill preemptions stay in the storm's 2-minute window for 2 minutes at most.
+    late = [x for x in _alert_samples(chaos, "VLLMPreemptionStorm") if x > t["kill"] + 125]
+    assert late == []
+
+
+def test_no_alert_the_faults_did_not_deserve(chaos: Chaos) -> None:
+    t = chaos.times
+    seen = {
+        r["metric"]["alertname"]
+        for r in chaos.query(f"max_over_time(ALERTS[{chaos.run_range}])", at=t["end"])
+    }
+    print("alerts seen over the run:", sorted(seen))
+    deserved = {
+        "VLLMPreemptionStorm",  # the flood: a full pool, a queue, preemptions
+        "VLLMKVCacheSaturated",
+        "VLLMRequestQueueGrowing",
+        "VLLMSpecDecodeAcceptanceLow",  # the flood's essays give ngram little to match
+        "VLLMSpecDecodeBypassed",
+        "VLLMDecodeBandwidthLow",  # a tiny model on CPU against a 20 GB/s peak
+        "GlassboxTargetDown",  # the kill
+        "VLLMTargetRestarted",
+        "GlassboxExporterAbsent",  # the exporter's and Prometheus' restarts
+    }
+    assert seen <= deserved, seen - deserved
+
+
+# --- the derived series -----------------------------------------------------------------
+
+
+def test_no_exporter_series_is_ever_negative(chaos: Chaos) -> None:
+    lows = chaos.query(
+        f'min_over_time({{job="glassbox", __name__=~"glassbox_.+"}}[{chaos.run_range}])',
+        at=chaos.times["end"],
+    )
+    names = {r["metric"]["__name__"] for r in lows}
+    assert {s.name for s in WINDOWED} - {"glassbox_memory_bandwidth_utilization_ratio"} <= names
+    negative = {r["metric"]["__name__"]: r["value"][1] for r in lows if float(r["value"][1]) < 0}
+    print(f"{len(lows)} exporter series, lowest values all >= 0: {not negative}")
+    assert negative == {}
+
+
+def _page(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> str:
+    """An exposition page from one scrape's samples, for the page parser."""
+
+    def label(v: str) -> str:
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    lines = []
+    for (name, labels), value in samples.items():
+        text = ",".join(f'{k}="{label(v)}"' for k, v in labels)
+        lines.append(f"{name}{{{text}}} {value!r}" if labels else f"{name} {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def _raw_snapshots(chaos: Chaos) -> list[tuple[float, Snapshot]]:
+    """vLLM's page as Prometheus scraped it, one Snapshot per scrape, in time order."""
+    by_scrape: dict[float, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for series in chaos.samples('{job="vllm", __name__=~"vllm:.+|process_start_time_seconds"}'):
+        metric = series["metric"]
+        name = metric["__name__"]
+        labels = tuple(
+            sorted((k, v) for k, v in metric.items() if k not in ("__name__", "job", "instance"))
+        )
+        for ts, value in series["values"]:
+            by_scrape.setdefault(float(ts), {})[(name, labels)] = float(value)
+    return [(ts, read_snapshot(_page(by_scrape[ts]))) for ts in sorted(by_scrape)]
+
+
+def _reference_totals(
+    snapshots: list[tuple[float, Snapshot]],
+) -> list[tuple[float, dict[EngineKey, dict[str, float]]]]:
+    """Running totals of every counter from zero, by the restart rule: vLLM restarted when
+    process_start_time_seconds changed or a _total/_count went down, and then every
+    counter starts again from zero; a _sum alone going down is an observation (a
+    histogram may observe a negative value), not a restart."""
+    out: list[tuple[float, dict[EngineKey, dict[str, float]]]] = []
+    prev: Snapshot | None = None
+    totals: dict[EngineKey, dict[str, float]] = {}
+    for ts, snap in snapshots:
+        if prev is not None:
+            restarted = snap.process_start_time != prev.process_start_time
+            for key, sample in snap.engines.items():
+                before = prev.engines[key].counters if key in prev.engines else {}
+                restarted |= any(
+                    v < before.get(n, 0.0)
+                    for n, v in sample.counters.items()
+                    if not n.endswith("_sum")
+                )
+            for key, sample in snap.engines.items():
+                before = {} if restarted or key not in prev.engines else prev.engines[key].counters
+                running = totals.setdefault(key, {})
+                for n, v in sample.counters.items():
+                    running[n] = running.get(n, 0.0) + v - before.get(n, 0.0)
+        prev = snap
+        out.append((ts, {k: dict(v) for k, v in totals.items()}))
+    return out
+
+
+def test_no_windowed_series_spikes_against_the_derivation_core_on_raw_counters(
+    chaos: Chaos,
+) -> None:
+    key = EngineKey(MODEL, "0")
+    totals = _reference_totals(_raw_snapshots(chaos))
+    times = [ts for ts, _ in totals]
+    weights = chaos.samples('glassbox_model_weights_bytes{job="glassbox"}')
+    context = Context(float(weights[0]["values"][-1][1]), PEAK_BANDWIDTH)
+    covered = {
+        float(ts): float(v)
+        for series in chaos.samples(
+            f'glassbox_window_covered_seconds{{job="glassbox", model_name="{MODEL}"}}'
+        )
+        for ts, v in series["values"]
+    }
+
+    def reference(series_compute: Any, at: float, span: float) -> list[float]:
+        """The core's values for raw windows [a, b] with b near `at` and b - a near span."""
+        values = []
+        ends = range(
+            bisect.bisect_left(times, at - ALIGN_SECONDS), bisect.bisect_right(times, at + 0.5)
+        )
+        for j in ends:
+            b = times[j]
+            if key not in totals[j][1]:
+                continue
+            first = bisect.bisect_left(times, b - span - ALIGN_SECONDS)
+            last = bisect.bisect_right(times, b - span + ALIGN_SECONDS)
+            for i in range(first, min(last, j)):
+                a = times[i]
+                start = totals[i][1].get(key, {})
+                end = totals[j][1][key]
+                d = Increase({n: v - start.get(n, 0.0) for n, v in end.items()}, b - a)
+                value = series_compute(d, context)
+                if value is not None:
+                    values.append(value)
+        return values
+
+    compared = skipped = 0
+    worst: dict[str, float] = {}
+    spikes: list[str] = []
+    for windowed in WINDOWED:
+        for series in chaos.samples(f'{windowed.name}{{job="glassbox", model_name="{MODEL}"}}'):
+            for ts_text, v_text in series["values"]:
+                at, value = float(ts_text), float(v_text)
+                span = covered.get(at)
+                envelope = reference(windowed.compute, at, span) if span else []
+                if not envelope:
+                    skipped += 1  # no raw window of that span around it (a restart edge)
+                    continue
+                compared += 1
+                high, low = max(envelope), min(envelope)
+                ratio = value / high if high > 0 else (1.0 if value == 0 else math.inf)
+                worst[windowed.name] = max(worst.get(windowed.name, 0.0), ratio)
+                if value > high * SPIKE_FACTOR + 1e-12 or value < low / SPIKE_FACTOR - 1e-12:
+                    spikes.append(
+                        f"{windowed.name} = {value:.6g} at {at - chaos.times['start']:.0f}s; "
+                        f"the derivation core on raw counters: {low:.6g} .. {high:.6g}"
+                    )
+    print(
+        f"{compared} exporter values compared with the derivation core on raw counters "
+        f"({skipped} without a raw window of the same span); highest value / reference "
+        + ", ".join(f"{n.removeprefix('glassbox_')} {r:.2f}" for n, r in sorted(worst.items()))
+    )
+    assert compared > 100, "too little to compare: the run made no derived data"
+    assert spikes == [], spikes[:10]
