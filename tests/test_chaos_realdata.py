@@ -423,8 +423,11 @@ def test_no_windowed_series_spikes_against_the_derivation_core_on_raw_counters(
     def reference(series_compute: Any, at: float, span: float) -> list[float]:
         """The core's values for raw windows [a, b] with b near `at` and b - a near span."""
         values = []
+        # The exporter's latest poll began up to a poll period and a (slow) poll before
+        # Prometheus scraped it at `at`.
         ends = range(
-            bisect.bisect_left(times, at - ALIGN_SECONDS), bisect.bisect_right(times, at + 0.5)
+            bisect.bisect_left(times, at - ALIGN_SECONDS - 1.0),
+            bisect.bisect_right(times, at + 1.0),
         )
         for j in ends:
             b = times[j]
