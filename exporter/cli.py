@@ -13,8 +13,8 @@ from urllib.parse import urlparse
 
 from vllm_glassbox.units import parse_duration, parse_positive_number
 
-from .service import ExporterConfig, resolve_checkpoint_weights, serve
-from .weights import gpu_bandwidth
+from .service import ExporterConfig, serve
+from .weights import gpu_bandwidth, read_checkpoint
 
 
 class ConfigError(ValueError):
@@ -88,8 +88,25 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="B",
         help="peak memory bandwidth in bytes/s (plain or scientific: 864e9)",
     )
+    # The parallel layout, when vLLM's log does not say it (or says it wrong).
+    for size in ("tensor", "pipeline"):
+        p.add_argument(
+            f"--{size}-parallel-size",
+            metavar="N",
+            help=f"vLLM's {size}-parallel size (default: what its log says, else 1)",
+        )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
+
+
+def _int_or_none(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
 
 
 def config_from_args(args: argparse.Namespace) -> ExporterConfig:
@@ -140,9 +157,16 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
             problems.append(f"--vllm-log: {args.vllm_log!r} is a directory, not a log file")
         elif not Path(args.vllm_log).parent.is_dir():
             problems.append(f"--vllm-log: directory of {args.vllm_log!r} does not exist")
+    sizes = {
+        flag: check(flag, _positive_int, raw) if raw is not None else None
+        for flag, raw in (
+            ("--tensor-parallel-size", args.tensor_parallel_size),
+            ("--pipeline-parallel-size", args.pipeline_parallel_size),
+        )
+    }
     if args.model_dir:
         try:
-            resolve_checkpoint_weights(args.model_dir)
+            read_checkpoint(Path(args.model_dir))
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append(f"--model-dir: {args.model_dir!r}: {type(e).__name__}: {e}")
     if problems:
@@ -160,6 +184,8 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         vllm_log=args.vllm_log,
         model_dir=args.model_dir,
         peak_bandwidth=peak,
+        tensor_parallel=_int_or_none(sizes["--tensor-parallel-size"]),
+        pipeline_parallel=_int_or_none(sizes["--pipeline-parallel-size"]),
     )
 
 
