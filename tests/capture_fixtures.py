@@ -1,7 +1,7 @@
 """Capture the vLLM pages and startup logs in tests/fixtures from the real vLLM CPU build.
 
-Run by hand (two vLLM CPU servers; ten minutes on a shared two-core machine), never by
-the suite:
+Run by hand (four vLLM CPU servers; a quarter of an hour on a shared two-core machine),
+never by the suite:
 
     .venv/bin/python -m tests.capture_fixtures            # rewrites tests/fixtures/...
 
@@ -14,6 +14,8 @@ Two servers, each serving a tiny generated Qwen2 checkpoint as "tiny":
          idle page, two sequential 256-token requests on a repetitive prompt (a page
          after each), then a flood of 12 concurrent long requests that overflows the
          pool: a page mid-flood (requests waiting, preemptions seen) and one after.
+  tp2    the plain server at --tensor-parallel-size 2,
+  dp2    and at --data-parallel-size 2: idle page, then a page after two requests of 64.
 
 Requests never overlap except in the flood, so the increase between two consecutive
 pages is known by hand (e.g. 3 × 64 generated tokens, 3 first tokens, 3 × 63 decode

@@ -13,6 +13,8 @@ import json
 import re
 import shutil
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -406,3 +408,38 @@ def test_cpu_dp2_has_two_engines_of_one_pool_each(outputs: dict[str, str]) -> No
         assert _value(text, "glassbox_kv_cache_blocks", **labels) == 128  # 256 summed by vLLM
         assert _value(text, "glassbox_kv_cache_capacity_tokens", **labels) == 16384
         assert _value(text, "glassbox_tokens_per_forward_pass", **labels) == 1.0
+
+
+def test_the_layout_flags_win_over_the_log(tiny_checkpoint: Path) -> None:
+    text = render(
+        config(vllm_log=str(LOGS / "cuda-0.24.0-tp2.log"), peak_bandwidth=H200, tensor_parallel=4),
+        [page("cuda-0.24.0-tp2/idle.txt")] * 2,
+        "0.24.0",
+    )
+    layout = {"tensor_parallel": "4", "pipeline_parallel": "1", "data_parallel": "1"}
+    assert _value(text, "glassbox_parallel_info", **layout) == 1.0
+    assert _value(text, "glassbox_model_weights_bytes") == pytest.approx(4 * 7.16 * 1024**3)
+
+
+class Exploding(PageSequence):
+    def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
+        raise RuntimeError("a bug in the exporter")
+
+
+def test_an_unexpected_error_is_counted_as_internal_not_as_vllms_page() -> None:
+    stop = threading.Event()
+    poller = Poller(config(), fetcher=Exploding([], "0.32.0"), clock=Clock())
+    thread = threading.Thread(target=poller.run, args=(stop,))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while poller.errors["internal"] == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join()
+    assert poller.errors["parse"] == 0  # was counted as parse, which points at vLLM's page
+    text = strip_volatile(generate_latest(make_registry(poller)).decode())
+    assert (_value(text, "glassbox_scrape_errors_total", reason="internal") or 0) >= 1
+    assert _value(text, "glassbox_target_up") == 0.0
