@@ -13,12 +13,15 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import snapshot_increases
 from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.snapshot import EngineKey, EngineSample, Snapshot
+
+# Bounded, and never timed: a busy machine must not fail them.
+QUICK = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 COUNTERS = (s.GENERATION_TOKENS, s.TTFT_COUNT, s.ITL_COUNT, s.ITL_SUM)
 MODEL = "m"
@@ -119,7 +122,7 @@ def _prometheus_increase(series: list[int]) -> int:
     return sum(b - a if b >= a else b for a, b in itertools.pairwise(series))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(QUICK, max_examples=200)
 @given(histories())
 def test_windowed_increase_is_never_negative_never_spikes_and_is_exact_when_restarts_show(
     history_spec: tuple[bool, int, list[Step]],
@@ -175,7 +178,7 @@ def test_windowed_increase_is_never_negative_never_spikes_and_is_exact_when_rest
                 assert value == _prometheus_increase(series), name
 
 
-@settings(max_examples=150, deadline=None)
+@settings(QUICK, max_examples=150)
 @given(histories())
 def test_the_lab_and_the_exporter_count_two_pages_alike(
     history_spec: tuple[bool, int, list[Step]],
