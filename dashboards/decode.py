@@ -31,10 +31,11 @@ dashboard = _dashboard(
         Row(
             "Weights and memory bandwidth",
             [
-                (p.weights_bytes(), 6),
-                (p.weights_source(), 6),
-                (p.peak_bandwidth(), 6),
-                (p.decode_floor(), 6),
+                (p.weights_bytes(), 5),
+                (p.weights_source(), 4),
+                (p.parallel_layout(), 5),
+                (p.peak_bandwidth(), 5),
+                (p.decode_floor(), 5),
             ],
             height=4,
         ),

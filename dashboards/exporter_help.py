@@ -11,8 +11,9 @@ from __future__ import annotations
 from functools import cache
 
 from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.collector import PollState, Weights, build_families
+from vllm_glassbox.exporter.collector import PollState, build_families
 from vllm_glassbox.exporter.derive import Increase
+from vllm_glassbox.exporter.model import Weights
 from vllm_glassbox.exporter.snapshot import CacheConfig, EngineKey, EngineSample, Snapshot
 
 
@@ -44,7 +45,7 @@ def _everything_present() -> PollState:
             cache={"0": CacheConfig(16, 8, 1, None, None, None)},
         ),
         increases={key: Increase(counters, 60.0)},
-        weights=Weights(1.0, "flag"),
+        weights=Weights(1.0, "flag", active_bytes=0.5),  # mixture of experts: every family
         peak_bandwidth=1.0,
         kv_cache_memory_bytes=1.0,
         vllm_version="0",

@@ -84,7 +84,7 @@ def decode_step() -> Panel:
     return timeseries(
         "Decode step (ITL) vs the decode floor",
         "How long one decode step of one sequence takes, against the floor set by memory "
-        "bandwidth: each step reads every weight once.\n\n"
+        "bandwidth: in each step every GPU reads its share of the weights once.\n\n"
         + _pair(
             "glassbox_inter_token_latency_seconds",
             "job_model_name:vllm_inter_token_latency_seconds:rate5m",
@@ -169,7 +169,7 @@ def weight_bytes_per_token() -> Panel:
 
 def weight_read_bandwidth() -> Panel:
     return timeseries(
-        "Achieved weight-read bandwidth vs peak",
+        "Achieved weight-read bandwidth of one GPU vs its peak",
         per_engine("glassbox_weight_read_bandwidth_bytes_per_second")
         + f"\n\nPeak: {help_of('glassbox_gpu_memory_bandwidth_bytes_per_second')} "
         "Present only when the exporter is given --gpu or --gpu-memory-bandwidth.",
@@ -205,6 +205,21 @@ def weights_source() -> Panel:
         "Weights known from",
         help_of("glassbox_model_weights_info"),
         [Q(q.WEIGHTS_SOURCE, "{{source}}")],
+        NUMBER,
+        text_mode="name",
+    )
+
+
+def parallel_layout() -> Panel:
+    return stat(
+        "Parallel layout",
+        help_of("glassbox_parallel_info"),
+        [
+            Q(
+                q.PARALLEL_LAYOUT,
+                "TP {{tensor_parallel}} × PP {{pipeline_parallel}}, DP {{data_parallel}}",
+            )
+        ],
         NUMBER,
         text_mode="name",
     )

@@ -73,6 +73,7 @@ TTFT_MEAN = exporter("glassbox_time_to_first_token_seconds")
 
 WEIGHTS_BYTES = fact("glassbox_model_weights_bytes")
 WEIGHTS_SOURCE = fact("glassbox_model_weights_info")
+PARALLEL_LAYOUT = fact("glassbox_parallel_info")
 WEIGHT_BYTES_PER_TOKEN = exporter("glassbox_weight_bytes_per_output_token")
 WEIGHT_READ_BANDWIDTH = exporter("glassbox_weight_read_bandwidth_bytes_per_second")
 PEAK_BANDWIDTH = fact("glassbox_gpu_memory_bandwidth_bytes_per_second")

@@ -15,9 +15,9 @@ from urllib.parse import urlparse
 from vllm_glassbox.units import parse_duration, parse_positive_number
 
 from .fetch import TargetCredentials, read_token, tls_context
-from .service import ExporterConfig, resolve_checkpoint_weights, serve
+from .service import ExporterConfig, serve
 from .webconfig import WebConfigError, load_web_config
-from .weights import gpu_bandwidth
+from .weights import gpu_bandwidth, read_checkpoint
 
 
 class ConfigError(ValueError):
@@ -92,6 +92,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="B",
         help="peak memory bandwidth in bytes/s (plain or scientific: 864e9)",
     )
+    # The parallel layout, when vLLM's log does not say it (or says it wrong).
+    for size in ("tensor", "pipeline"):
+        p.add_argument(
+            f"--{size}-parallel-size",
+            metavar="N",
+            help=f"vLLM's {size}-parallel size (default: what its log says, else 1)",
+        )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     # -- security: our own endpoint (web config), and a vLLM behind TLS or a token check
     p.add_argument(
@@ -152,6 +159,16 @@ def target_credentials(args: argparse.Namespace) -> TargetCredentials:
     )
 
 
+def _int_or_none(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     """Validate every flag; raise ConfigError listing all problems at once."""
     problems: list[str] = []
@@ -196,9 +213,16 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
             problems.append(f"--vllm-log: {args.vllm_log!r} is a directory, not a log file")
         elif not Path(args.vllm_log).parent.is_dir():
             problems.append(f"--vllm-log: directory of {args.vllm_log!r} does not exist")
+    sizes = {
+        flag: check(flag, _positive_int, raw) if raw is not None else None
+        for flag, raw in (
+            ("--tensor-parallel-size", args.tensor_parallel_size),
+            ("--pipeline-parallel-size", args.pipeline_parallel_size),
+        )
+    }
     if args.model_dir:
         try:
-            resolve_checkpoint_weights(args.model_dir)
+            read_checkpoint(Path(args.model_dir))
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append(f"--model-dir: {args.model_dir!r}: {type(e).__name__}: {e}")
     problems += security_problems(args)
@@ -219,6 +243,8 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         peak_bandwidth=peak,
         web_config_file=args.web_config_file,
         target_credentials=target_credentials(args),
+        tensor_parallel=_int_or_none(sizes["--tensor-parallel-size"]),
+        pipeline_parallel=_int_or_none(sizes["--pipeline-parallel-size"]),
     )
 
 

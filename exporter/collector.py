@@ -13,28 +13,26 @@ Sample output (abridged):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .derive import (
+    MOE_NOTE,
     WINDOWED,
     Context,
     Increase,
     decode_floor_seconds,
+    kv_cache_blocks,
+    kv_cache_capacity_tokens,
     kv_cache_used_tokens,
     spec_position_acceptance,
 )
+from .model import ParallelLayout, Weights
 from .snapshot import KV_USAGE, EngineKey, Snapshot
 from .textformat import ERROR_REASONS
 
 ENGINE_LABELS = ["model_name", "engine"]
-
-
-@dataclass(frozen=True)
-class Weights:
-    bytes: float
-    source: str  # flag | log | safetensors | config
 
 
 @dataclass(frozen=True)
@@ -55,6 +53,7 @@ class PollState:
     vllm_version: str | None
     build_version: str
     kv_cache_logged_tokens: int | None = None  # "KV cache size: N tokens" in vLLM's log
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
 
 
 def _engine_labels(key: EngineKey) -> list[str]:
@@ -66,8 +65,9 @@ def derived_families(state: PollState) -> list[Metric]:
     if not state.up or state.snapshot is None:
         return []
     context = Context(
-        weights_bytes=state.weights.bytes if state.weights else None,
+        weights_bytes=state.weights.read_per_step if state.weights else None,
         peak_bandwidth=state.peak_bandwidth,
+        tensor_parallel=state.layout.tensor,
     )
     window = f" Window: {state.window_seconds:g}s."
     families: list[Metric] = []
@@ -110,7 +110,7 @@ def derived_families(state: PollState) -> list[Metric]:
             (
                 "glassbox_kv_cache_capacity_tokens",
                 "Tokens the KV pool of this engine holds (kv_cache_size_tokens, "
-                "else blocks × block_size).",
+                "else blocks × block_size, else vLLM's startup log).",
             ),
             (
                 "glassbox_kv_cache_used_tokens",
@@ -123,13 +123,15 @@ def derived_families(state: PollState) -> list[Metric]:
         if cache is None:
             continue
         labels = _engine_labels(key)
-        if cache.blocks is not None:
-            kv["glassbox_kv_cache_blocks"].add_metric(labels, cache.blocks)
+        blocks = kv_cache_blocks(cache)
+        capacity = kv_cache_capacity_tokens(cache, state.kv_cache_logged_tokens)
+        if blocks is not None:
+            kv["glassbox_kv_cache_blocks"].add_metric(labels, blocks)
         if cache.block_size is not None:
             kv["glassbox_kv_cache_block_size_tokens"].add_metric(labels, cache.block_size)
-        if cache.capacity_tokens is not None:
-            kv["glassbox_kv_cache_capacity_tokens"].add_metric(labels, cache.capacity_tokens)
-        used = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), cache.capacity_tokens)
+        if capacity is not None:
+            kv["glassbox_kv_cache_capacity_tokens"].add_metric(labels, capacity)
+        used = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
         if used is not None:
             kv["glassbox_kv_cache_used_tokens"].add_metric(labels, used)
     families.extend(kv.values())
@@ -138,12 +140,22 @@ def derived_families(state: PollState) -> list[Metric]:
 
 def static_families(state: PollState) -> list[Metric]:
     """Facts about the model and the hardware; they do not depend on the poll."""
-    families: list[Metric] = []
+    layout = state.layout
+    parallel = GaugeMetricFamily(
+        "glassbox_parallel_info",
+        "The parallel layout the weight and bandwidth series assume (vLLM's engine-config "
+        "log line, else --tensor-parallel-size / --pipeline-parallel-size, else 1).",
+        labels=["tensor_parallel", "pipeline_parallel", "data_parallel"],
+    )
+    parallel.add_metric([str(layout.tensor), str(layout.pipeline), str(layout.data)], 1)
+    families: list[Metric] = [parallel]
     if state.weights is not None:
         families.append(
             GaugeMetricFamily(
                 "glassbox_model_weights_bytes",
-                "Bytes of model weights (see glassbox_model_weights_info).",
+                "Bytes of the whole model's weights as vLLM holds them: a tensor- or "
+                "pipeline-parallel model once, a data-parallel copy not twice "
+                "(see glassbox_model_weights_info).",
                 value=state.weights.bytes,
             )
         )
@@ -154,22 +166,34 @@ def static_families(state: PollState) -> list[Metric]:
         )
         info.add_metric([state.weights.source], 1)
         families.append(info)
+    if state.weights is not None and state.weights.active_bytes is not None:
+        families.append(
+            GaugeMetricFamily(
+                "glassbox_model_active_weights_bytes",
+                "Mixture-of-experts model: the weight bytes one token's forward pass reads "
+                "(shared weights plus its top-k experts, in the checkpoint's proportions).",
+                value=state.weights.active_bytes,
+            )
+        )
     if state.peak_bandwidth is not None:
         families.append(
             GaugeMetricFamily(
                 "glassbox_gpu_memory_bandwidth_bytes_per_second",
-                "Peak memory bandwidth of the GPU (datasheet or flag).",
+                "Peak memory bandwidth of one GPU (datasheet or flag).",
                 value=state.peak_bandwidth,
             )
         )
     floor = decode_floor_seconds(
-        state.weights.bytes if state.weights else None, state.peak_bandwidth
+        state.weights.read_per_step if state.weights else None,
+        state.peak_bandwidth,
+        layout.tensor,
     )
     if floor is not None:
         families.append(
             GaugeMetricFamily(
                 "glassbox_decode_floor_seconds",
-                "Lower bound of one decode step: weights / peak memory bandwidth.",
+                "Lower bound of one decode step: weights / (tensor-parallel size × peak "
+                "memory bandwidth of one GPU)" + MOE_NOTE + ".",
                 value=floor,
             )
         )
@@ -227,7 +251,8 @@ def self_families(state: PollState) -> list[Metric]:
     families.append(
         CounterMetricFamily(
             "glassbox_target_restarts_total",
-            "Restarts of vLLM seen (a counter went down, or process_start_time_seconds changed).",
+            "Restarts of vLLM seen: process_start_time_seconds changed, or a _total or "
+            "_count counter of an engine went down.",
             value=state.restarts,
         )
     )

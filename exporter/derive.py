@@ -2,21 +2,30 @@
 
 The exporter (over a sliding window), the lab (around one request) and the tests all
 compute derived values here and nowhere else. Inputs are `Increase`s: how much each
-canonical counter grew over some span, with Prometheus `increase()` semantics (a decrease
-is a counter reset, never a negative value). A ratio whose denominator did not grow is
-None: absent, never 0 and never NaN.
+canonical counter grew over some span. A ratio whose denominator did not grow is None:
+absent, never 0 and never NaN.
+
+Counter increases follow one rule, whoever asks (`increase_between`): a counter absent
+before counts from 0 (vLLM creates some lazily); when vLLM restarted, every counter of
+the engine starts again from 0. A restart shows as a new `process_start_time_seconds`, or
+as any `_total` or `_count` counter going down (vLLM's multiprocess mode, i.e. every
+data-parallel deployment of recent versions, has no process series). A `_sum` going down
+alone is not a restart: the histogram observed a negative value (TTFT is measured on the
+wall clock), and that poll adds 0 to it, neither a negative value nor a spike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from . import snapshot as s
 
+GIB = 1024**3
+
 
 def counter_increase(before: float, after: float) -> float:
-    """Increase of a counter between two readings; a decrease means it restarted at 0."""
+    """Prometheus' rule for one counter on its own: a decrease means it restarted at 0."""
     return after - before if after >= before else after
 
 
@@ -26,7 +35,13 @@ def ratio(numerator: float, denominator: float) -> float | None:
 
 @dataclass(frozen=True)
 class Increase:
-    """How much each canonical counter grew over `seconds` (for one engine, or summed)."""
+    """How much each canonical counter grew over `seconds` (for one engine, or combined).
+
+    Two ways to combine increases, never confused: `alongside` for engines over the same
+    span (data-parallel engines: the span stays), `then` for spans one after the other
+    (sequential runs: the spans add up). Both sum the counters, so ratios aggregate by
+    summing numerators and denominators, never by averaging ratios.
+    """
 
     counters: Mapping[str, float]
     seconds: float
@@ -34,13 +49,43 @@ class Increase:
     def __getitem__(self, name: str) -> float:
         return self.counters.get(name, 0.0)
 
-    def __add__(self, other: Increase) -> Increase:
-        """Aggregate engines: sum numerators and denominators, never average ratios."""
-        names = set(self.counters) | set(other.counters)
-        return Increase({n: self[n] + other[n] for n in names}, max(self.seconds, other.seconds))
-
     def has(self, name: str) -> bool:
         return name in self.counters
+
+    def _summed(self, other: Increase, seconds: float) -> Increase:
+        names = set(self.counters) | set(other.counters)
+        return Increase({n: self[n] + other[n] for n in names}, seconds)
+
+    def alongside(self, other: Increase) -> Increase:
+        """Another engine over the same span: counters summed, the longer span kept."""
+        return self._summed(other, max(self.seconds, other.seconds))
+
+    def then(self, other: Increase) -> Increase:
+        """The span that followed this one: counters summed, spans added."""
+        return self._summed(other, self.seconds + other.seconds)
+
+
+def engines_together(increases: Iterable[Increase], seconds: float = 0.0) -> Increase:
+    """Every engine's increase over the same span, combined (`Increase.alongside`)."""
+    total = Increase({}, seconds)
+    for one in increases:
+        total = total.alongside(one)
+    return total
+
+
+def process_restarted(before_start: float | None, after_start: float | None) -> bool:
+    """vLLM's `process_start_time_seconds` changed between two readings."""
+    return before_start is not None and after_start is not None and before_start != after_start
+
+
+def counters_restarted(before: Mapping[str, float], after: Mapping[str, float]) -> bool:
+    """A `_total` or `_count` counter of one engine went down: the engine started again
+    from zero. A `_sum` going down alone is a negative observation, not a restart."""
+    return any(
+        name in before and value < before[name]
+        for name, value in after.items()
+        if name not in s.SUMS
+    )
 
 
 def increase_between(
@@ -49,18 +94,36 @@ def increase_between(
     seconds: float,
     restarted: bool = False,
 ) -> Increase:
-    """Increase from one counter reading to the next (the lab's before/after snapshots).
+    """Increase of one engine's counters from one reading to the next (the rule above).
 
-    A counter absent before starts from 0 (vLLM creates some lazily). `restarted` says
-    the target restarted between the readings, so every counter started again from 0.
+    `restarted` says the process restarted in between (its start time changed); a counter
+    going down says so too.
     """
+    from_zero = restarted or counters_restarted(before, after)
     return Increase(
         {
-            name: value if restarted else counter_increase(before.get(name, 0.0), value)
+            name: value if from_zero or name not in before else max(value - before[name], 0.0)
             for name, value in after.items()
         },
         seconds,
     )
+
+
+def snapshot_increases(
+    before: s.Snapshot, after: s.Snapshot, seconds: float
+) -> dict[s.EngineKey, Increase]:
+    """Each engine's increase from one page to a later one (an engine absent before
+    counts from 0)."""
+    restarted = process_restarted(before.process_start_time, after.process_start_time)
+    return {
+        key: increase_between(
+            before.engines[key].counters if key in before.engines else {},
+            sample.counters,
+            seconds,
+            restarted,
+        )
+        for key, sample in after.engines.items()
+    }
 
 
 # --- decode -----------------------------------------------------------------------------
@@ -145,33 +208,106 @@ def spec_draft_coverage(d: Increase) -> float | None:
 # --- weights and memory bandwidth -------------------------------------------------------
 
 
+def weights_from_log(by_engine: Mapping[int, Sequence[float]], shards: int) -> float | None:
+    """Whole-model weight bytes from the "Model loading took" lines of one startup.
+
+    `by_engine`: for each data-parallel engine, the bytes each of its processes logged.
+    Every engine holds a full copy, split into `shards` (TP × PP) parts. vLLM ≤ 0.11.0
+    logs every part, later versions only the first rank of a node: a copy is the parts
+    logged, scaled up to all its parts (taken as equal) when fewer were logged. The
+    engines' copies are the same model, counted once.
+    """
+    copies = [
+        sum(parts) * max(shards, len(parts)) / len(parts) for parts in by_engine.values() if parts
+    ]
+    return max(copies) if copies else None
+
+
+def active_weights(total_bytes: float, routed_expert_bytes: float, share: float) -> float:
+    """A mixture-of-experts model's weights that one token reads: all but the routed
+    experts it does not use (`share` = top-k / routed experts)."""
+    return total_bytes - routed_expert_bytes * (1.0 - share)
+
+
+def active_weights_of(
+    weights_bytes: float, checkpoint_bytes: float, checkpoint_active_bytes: float
+) -> float:
+    """The checkpoint's proportion of active weights, carried over to weights known from
+    another source (the flag, the log)."""
+    if checkpoint_bytes <= 0:
+        return weights_bytes
+    return weights_bytes * checkpoint_active_bytes / checkpoint_bytes
+
+
 def weight_bytes_per_output_token(d: Increase, weights_bytes: float | None) -> float | None:
     """Weight bytes read per generated token: each engine step reads every weight once."""
     r = ratio(d[s.ENGINE_STEPS], d[s.GENERATION_TOKENS]) if d.has(s.ENGINE_STEPS) else None
     return None if r is None or weights_bytes is None else weights_bytes * r
 
 
-def weight_read_bandwidth(d: Increase, weights_bytes: float | None) -> float | None:
-    """Bytes/s achieved reading the weights: weights over the mean decode step time."""
+def weight_read_bandwidth_per_gpu(
+    d: Increase, weights_bytes: float | None, tensor_parallel: int = 1
+) -> float | None:
+    """Bytes/s one GPU reads weights at, from the mean decode step. In each step every GPU
+    of a pipeline stage reads its 1/TP share while the stages run one after another, so one
+    GPU reads weights / (TP × PP) in step / PP: PP cancels out."""
     step = inter_token_latency(d)
-    return None if step is None or weights_bytes is None else ratio(weights_bytes, step)
+    if step is None or weights_bytes is None:
+        return None
+    return ratio(weights_bytes, tensor_parallel * step)
 
 
 def memory_bandwidth_utilization(
-    d: Increase, weights_bytes: float | None, peak_bandwidth: float | None
+    d: Increase,
+    weights_bytes: float | None,
+    peak_bandwidth: float | None,
+    tensor_parallel: int = 1,
 ) -> float | None:
-    achieved = weight_read_bandwidth(d, weights_bytes)
+    """One GPU's achieved weight-read bandwidth over one GPU's peak."""
+    achieved = weight_read_bandwidth_per_gpu(d, weights_bytes, tensor_parallel)
     return None if achieved is None or peak_bandwidth is None else ratio(achieved, peak_bandwidth)
 
 
-def decode_floor_seconds(weights_bytes: float | None, peak_bandwidth: float | None) -> float | None:
-    """Physical lower bound of one decode step: every weight byte read at peak bandwidth."""
+def decode_floor_seconds(
+    weights_bytes: float | None, peak_bandwidth: float | None, tensor_parallel: int = 1
+) -> float | None:
+    """Physical lower bound of one decode step: each GPU reads its 1/TP share of the
+    weights at its peak bandwidth (the pipeline stages' shares add up to the same time)."""
     if weights_bytes is None or peak_bandwidth is None:
         return None
-    return ratio(weights_bytes, peak_bandwidth)
+    return ratio(weights_bytes, tensor_parallel * peak_bandwidth)
+
+
+def marginal_weight_read_bandwidth(slope_seconds_per_gib: float) -> float | None:
+    """The lab's fit of TPOT against weight GiB, read as a bandwidth: the bytes/s at which
+    one more byte of the whole model costs decode time (fixed per-step costs sit in the
+    intercept). A different estimator from `weight_read_bandwidth_per_gpu`, which divides
+    all of one GPU's weights by the whole mean step."""
+    return GIB / slope_seconds_per_gib if slope_seconds_per_gib > 0 else None
 
 
 # --- KV cache ---------------------------------------------------------------------------
+
+
+def kv_cache_blocks(cache: s.CacheConfig | None) -> int | None:
+    """KV blocks of one engine: vLLM labels every engine with the sum over engines."""
+    if cache is None or cache.num_gpu_blocks_total is None:
+        return None
+    return cache.num_gpu_blocks_total // max(cache.engines, 1)
+
+
+def kv_cache_capacity_tokens(
+    cache: s.CacheConfig | None, logged_tokens: int | None = None
+) -> int | None:
+    """Tokens one engine's KV pool holds: vLLM's own count on its page
+    (`kv_cache_size_tokens`, 0.24+, right for hybrid models too), else blocks × block
+    size, else what its startup log states ("KV cache size: N tokens")."""
+    if cache is not None and cache.kv_cache_size_tokens is not None:
+        return cache.kv_cache_size_tokens
+    blocks = kv_cache_blocks(cache)
+    if blocks is not None and cache is not None and cache.block_size is not None:
+        return blocks * cache.block_size
+    return logged_tokens
 
 
 def kv_cache_used_tokens(usage: float | None, capacity_tokens: int | None) -> float | None:
@@ -187,8 +323,17 @@ def kv_cache_used_tokens(usage: float | None, capacity_tokens: int | None) -> fl
 class Context:
     """What a derived value may need besides counter increases."""
 
+    #: Weight bytes one decode step reads: the whole model, or for a mixture-of-experts
+    #: model its active weights (shared weights plus one token's top-k experts).
     weights_bytes: float | None = None
-    peak_bandwidth: float | None = None
+    peak_bandwidth: float | None = None  # of one GPU
+    tensor_parallel: int = 1
+
+
+#: How the weight-based series read a mixture-of-experts model (in their HELP).
+MOE_NOTE = (
+    " (weights: of a mixture-of-experts model, its active weights; a batch reads more experts)"
+)
 
 
 @dataclass(frozen=True)
@@ -251,18 +396,22 @@ WINDOWED: tuple[WindowedSeries, ...] = (
     ),
     WindowedSeries(
         "glassbox_weight_bytes_per_output_token",
-        "Weight bytes read per generated token: weights × Δ engine steps / Δ generation tokens",
+        "Weight bytes read per generated token, all GPUs together: "
+        "weights × Δ engine steps / Δ generation tokens" + MOE_NOTE,
         lambda d, c: weight_bytes_per_output_token(d, c.weights_bytes),
     ),
     WindowedSeries(
         "glassbox_weight_read_bandwidth_bytes_per_second",
-        "Achieved bandwidth of weight reads: weights / (Δ ITL sum / Δ ITL count)",
-        lambda d, c: weight_read_bandwidth(d, c.weights_bytes),
+        "Achieved weight-read bandwidth of one GPU, from the mean decode step: "
+        "weights / (tensor-parallel size × Δ ITL sum / Δ ITL count)" + MOE_NOTE,
+        lambda d, c: weight_read_bandwidth_per_gpu(d, c.weights_bytes, c.tensor_parallel),
     ),
     WindowedSeries(
         "glassbox_memory_bandwidth_utilization_ratio",
-        "Achieved weight-read bandwidth / peak memory bandwidth of the GPU",
-        lambda d, c: memory_bandwidth_utilization(d, c.weights_bytes, c.peak_bandwidth),
+        "Achieved weight-read bandwidth of one GPU / peak memory bandwidth of one GPU",
+        lambda d, c: memory_bandwidth_utilization(
+            d, c.weights_bytes, c.peak_bandwidth, c.tensor_parallel
+        ),
     ),
     WindowedSeries(
         "glassbox_preemptions_per_second",

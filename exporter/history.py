@@ -1,9 +1,10 @@
 """A bounded history of snapshots, and increases over a sliding window.
 
-Each poll folds the new readings into reset-adjusted running totals (Prometheus'
-`increase()` rule, plus vLLM's `process_start_time_seconds` as a restart signal), so the
-increase over any window is one subtraction per counter and memory stays bounded by the
-number of polls in a window.
+Each poll folds the new readings into running totals with the derivation core's counter
+rule (`derive.increase_between`: a restart, seen as a new process start time or a
+counter going down, starts every counter of the engine again from zero), so the increase
+over any window is one subtraction per counter and memory stays bounded by the number of
+polls in a window.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .derive import Increase, counter_increase
+from .derive import Increase, counters_restarted, increase_between, process_restarted
 from .snapshot import EngineKey, Snapshot
 
 
@@ -20,7 +21,7 @@ from .snapshot import EngineKey, Snapshot
 class _Entry:
     at: float  # monotonic seconds
     readings: Mapping[EngineKey, Mapping[str, float]]  # raw counter values
-    totals: Mapping[EngineKey, Mapping[str, float]]  # reset-adjusted, from 0 at first sight
+    totals: Mapping[EngineKey, Mapping[str, float]]  # growth since first sight, summed
 
 
 class History:
@@ -33,39 +34,29 @@ class History:
     def add(self, snapshot: Snapshot, at: float) -> bool:
         """Fold in one poll; returns True when it shows that vLLM restarted."""
         prev = self._entries[-1] if self._entries else None
-        restarted = (
-            self._process_start is not None
-            and snapshot.process_start_time is not None
-            and snapshot.process_start_time != self._process_start
-        )
+        process_restart = process_restarted(self._process_start, snapshot.process_start_time)
+        restarted = process_restart
         if snapshot.process_start_time is not None:
             self._process_start = snapshot.process_start_time
-        decreased = False
         totals: dict[EngineKey, dict[str, float]] = {}
         for key, sample in snapshot.engines.items():
             before = prev.readings.get(key) if prev else None
             base = prev.totals.get(key) if prev else None
-            adjusted: dict[str, float] = {}
-            for name, value in sample.counters.items():
-                if before is None or base is None:
-                    adjusted[name] = 0.0  # a new engine: its past is not in any window
-                    continue
-                if name not in before:
-                    # Created since the last poll on a known engine: all of it is new
-                    # (as increase_between counts it for the lab).
-                    step = value
-                else:
-                    if value < before[name]:
-                        decreased = True
-                    step = value if restarted else counter_increase(before[name], value)
-                adjusted[name] = base.get(name, 0.0) + step
-            totals[key] = adjusted
+            if before is None or base is None:
+                # A new engine (or back after missing a poll): its past is in no window.
+                totals[key] = dict.fromkeys(sample.counters, 0.0)
+                continue
+            # Each engine by its own counters: data-parallel engines come and go alone.
+            engine_restarted = process_restart or counters_restarted(before, sample.counters)
+            step = increase_between(before, sample.counters, 0.0, engine_restarted)
+            totals[key] = {name: base.get(name, 0.0) + step[name] for name in sample.counters}
+            restarted = restarted or engine_restarted
         self._entries.append(
             _Entry(at, {k: dict(v.counters) for k, v in snapshot.engines.items()}, totals)
         )
-        if restarted or decreased:
+        if restarted:
             self.restarts += 1
-        return restarted or decreased
+        return restarted
 
     def increases(self, now: float | None = None) -> dict[EngineKey, Increase]:
         """Increase of every counter over the window ending at the latest poll, per engine.

@@ -22,15 +22,16 @@ from prometheus_client.core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from vllm_glassbox import __version__
 
-from .collector import PollState, Weights, build_families
+from .collector import PollState, build_families
 from .fetch import Fetcher, TargetCredentials
 from .history import History
+from .model import ParallelLayout, Weights, checkpoint_weights, resolve_layout, resolve_weights
 from .server import MetricsServer
 from .snapshot import Snapshot, read_snapshot
-from .startup_log import LogFollower
+from .startup_log import LogFollower, StartupFacts
 from .textformat import Limits, PageError
 from .webconfig import WebConfigSource
-from .weights import weights_from_config, weights_from_safetensors
+from .weights import CheckpointSize, read_checkpoint
 
 log = logging.getLogger("glassbox.exporter")
 
@@ -53,15 +54,8 @@ class ExporterConfig:
     peak_bandwidth: float | None = None
     web_config_file: str | None = None  # TLS and basic auth of our own endpoint
     target_credentials: TargetCredentials = field(default_factory=TargetCredentials)
-
-
-def resolve_checkpoint_weights(model_dir: str) -> Weights:
-    """Weights from safetensors headers, else estimated from config.json."""
-    path = Path(model_dir)
-    exact = weights_from_safetensors(path)
-    if exact is not None:
-        return Weights(float(exact), "safetensors")
-    return Weights(float(weights_from_config(path)), "config")
+    tensor_parallel: int | None = None  # flags; else vLLM's log says, else 1
+    pipeline_parallel: int | None = None
 
 
 class Poller:
@@ -83,10 +77,11 @@ class Poller:
         self.history = History(config.window_seconds, max_entries=polls_per_window)
         self.errors: Counter[str] = Counter()
         self.log_follower = LogFollower(config.vllm_log) if config.vllm_log else None
-        self.checkpoint_weights: Weights | None = None
-        if config.weights_bytes is None and config.model_dir:
+        self.checkpoint: CheckpointSize | None = None
+        if config.model_dir:
             # Read once at startup; a bad directory is a startup error, named by the CLI.
-            self.checkpoint_weights = resolve_checkpoint_weights(config.model_dir)
+            self.checkpoint = read_checkpoint(Path(config.model_dir))
+        self.engines: int | None = None  # on the latest good page
         self.vllm_version: str | None = None
         self.last_success_unix: float | None = None
         self._failing: str | None = None  # reason of the failure in progress
@@ -101,14 +96,18 @@ class Poller:
     def published(self) -> list[Metric]:
         return self._published
 
+    def _facts(self) -> StartupFacts | None:
+        return self.log_follower.facts if self.log_follower else None
+
+    def layout(self) -> ParallelLayout:
+        return resolve_layout(
+            self._facts(), self.config.tensor_parallel, self.config.pipeline_parallel, self.engines
+        )
+
     def weights(self) -> Weights | None:
-        if self.config.weights_bytes is not None:
-            return Weights(self.config.weights_bytes, "flag")
-        if self.log_follower is not None:
-            logged = self.log_follower.facts.weights_bytes
-            if logged is not None:
-                return Weights(logged, "log")
-        return self.checkpoint_weights
+        facts = self._facts()
+        checkpoint = checkpoint_weights(self.checkpoint, facts) if self.checkpoint else None
+        return resolve_weights(self.config.weights_bytes, facts, checkpoint, self.layout())
 
     def poll_once(self) -> bool:
         started = self.clock()
@@ -130,6 +129,7 @@ class Poller:
             self._failing = None
         if snapshot is not None:
             restarted = self.history.add(snapshot, started)
+            self.engines = len(snapshot.engines)
             self.last_success_unix = time.time()
             if restarted or self.vllm_version is None:
                 self.vllm_version = self._fetch_version(deadline - time.monotonic())
@@ -177,7 +177,7 @@ class Poller:
             return None
 
     def _publish(self, up: bool | None, duration: float, snapshot: Snapshot | None) -> None:
-        facts = self.log_follower.facts if self.log_follower else None
+        facts = self._facts()
         state = PollState(
             up=up,
             window_seconds=self.config.window_seconds,
@@ -193,6 +193,7 @@ class Poller:
             kv_cache_logged_tokens=facts.kv_cache_tokens if facts else None,
             vllm_version=self.vllm_version,
             build_version=__version__,
+            layout=self.layout(),
         )
         # One reference swap: a scrape sees the previous publication or this one, whole.
         self._published = [f for f in build_families(state) if f.samples]
@@ -204,7 +205,7 @@ class Poller:
                 self.poll_once()
             except Exception:  # a bug must not kill the sidecar; it shows as target_up 0
                 log.exception("unexpected error while polling")
-                self.errors["parse"] += 1
+                self.errors["internal"] += 1
                 self._publish(up=False, duration=0.0, snapshot=None)
             next_at += self.config.interval_seconds
             now = self.clock()

@@ -30,6 +30,10 @@ SPEC_DRAFT_TOKENS = "spec_draft_tokens"
 SPEC_ACCEPTED = "spec_accepted"
 SPEC_ACCEPTED_AT = "spec_accepted_at/"  # + position: "spec_accepted_at/0", ...
 
+#: The `_sum` series among them. Only these may go down without a restart: a histogram can
+#: observe a negative value (TTFT is measured on the wall clock, which can step back).
+SUMS = frozenset({TTFT_SUM, ITL_SUM, PREFILL_SUM})
+
 # Gauges, per engine.
 RUNNING = "running"
 WAITING = "waiting"
@@ -90,22 +94,6 @@ class CacheConfig:
     kv_cache_size_tokens: int | None  # v0.24+, per engine
     kv_cache_memory_bytes: int | None  # only when the user set it
     gpu_memory_utilization: float | None
-
-    @property
-    def blocks(self) -> int | None:
-        """KV blocks of this engine."""
-        if self.num_gpu_blocks_total is None:
-            return None
-        return self.num_gpu_blocks_total // max(self.engines, 1)
-
-    @property
-    def capacity_tokens(self) -> int | None:
-        """Tokens the pool of this engine holds."""
-        if self.kv_cache_size_tokens is not None:
-            return self.kv_cache_size_tokens
-        if self.blocks is None or self.block_size is None:
-            return None
-        return self.blocks * self.block_size
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Startup facts from vLLM's log: weights, KV memory, KV tokens.
+"""Startup facts from vLLM's log: weights, KV memory, KV tokens, the parallel layout.
 
 No vLLM metric carries the size of the weights; the log does, in formats that changed
 across versions (see docs/vllm-metrics.md §6):
@@ -9,6 +9,14 @@ across versions (see docs/vllm-metrics.md §6):
     ... Available KV cache memory: 26.05 GiB
     ... GPU KV cache size: 487,424 tokens                                   (≤0.27)
     ... CPU KV cache size: 524,288 tokens, Maximum concurrency for 2,048 tokens per request: 256.00x
+    ... Initializing a V1 LLM engine (v0.24.0) with config: model='...', ...,
+        dtype=torch.bfloat16, ..., tensor_parallel_size=2, pipeline_parallel_size=1,
+        data_parallel_size=1, ...                                   (V0: "an LLM engine")
+
+Who logs the weights differs: v0.11.0 logs every rank's shard, and every data-parallel
+engine its own copy; from 0.11.1 only the first rank of a node logs (its shard). So the
+facts keep every weights line by the process that wrote it, and the derivation core
+(`derive.weights_from_log`) turns them into the whole model's bytes.
 
 `StartupFacts.feed(line)` is pure; `LogFollower` is the I/O that tails the file across
 restarts (truncation or rotation).
@@ -39,6 +47,13 @@ _KV_TOKENS = re.compile(
 _CONCURRENCY = re.compile(
     rf"Maximum concurrency for (?P<len>{_COUNT}) tokens per request: (?P<x>{_NUMBER})x"
 )
+_ENGINE_CONFIG = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: ")
+_LAYOUT = {
+    name: re.compile(rf"(?<![\w.]){name}=([0-9]{{1,9}})(?![0-9])")
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+}
+_DTYPE = re.compile(r"(?<![\w.])dtype=torch\.(\w{1,32})")
+_DP_RANK = re.compile(r"_DP([0-9]{1,9})")
 _LOAD_TIME = re.compile(rf"Loading weights took (?P<sec>{_NUMBER}) seconds")
 # "vLLM API server version X" (older); the banner's "█  version X" (0.30+), or
 # "vLLM server version X, serving model M" when the banner is off (VLLM_DISABLE_LOG_LOGO).
@@ -49,8 +64,9 @@ _SERVER_START = re.compile(
 
 @dataclass(frozen=True)
 class StartupFacts:
-    """What the latest startup in a log said. Weights are summed over TP ranks."""
+    """What the latest startup in a log said."""
 
+    # "Model loading took" bytes by the process that logged them ("Worker_TP1:421").
     weights_by_rank: dict[str, float] = field(default_factory=dict)
     model_load_seconds: float | None = None
     weights_load_seconds: float | None = None
@@ -60,10 +76,20 @@ class StartupFacts:
     max_concurrency: float | None = None
     vllm_version: str | None = None
     startups: int = 0  # how many startups the log has shown so far
+    # The engine-config line: None where this version's line does not say.
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    data_parallel: int | None = None
+    model_dtype: str | None = None  # "bfloat16", "float32", ...
 
-    @property
-    def weights_bytes(self) -> float | None:
-        return sum(self.weights_by_rank.values()) if self.weights_by_rank else None
+    def weights_by_engine(self) -> dict[int, list[float]]:
+        """The logged weights by data-parallel engine: one entry per process that logged
+        (a shard under tensor or pipeline parallelism, else the whole copy)."""
+        engines: dict[int, list[float]] = {}
+        for rank, size in self.weights_by_rank.items():
+            m = _DP_RANK.search(rank.partition(":")[0])
+            engines.setdefault(int(m.group(1)) if m else 0, []).append(size)
+        return engines
 
     def feed(self, raw_line: str) -> StartupFacts:
         """The facts after one more log line (a new startup clears the old facts)."""
@@ -75,7 +101,14 @@ class StartupFacts:
             rank = proc.group("proc") + ":" + proc.group("pid") if proc else "main"
             facts = self
             if rank in self.weights_by_rank:  # the same rank loading again: a restart
-                facts = StartupFacts(startups=self.startups + 1)
+                # whose engine-config line, logged before its weights, is the latest one.
+                facts = replace(
+                    StartupFacts(startups=self.startups + 1),
+                    tensor_parallel=self.tensor_parallel,
+                    pipeline_parallel=self.pipeline_parallel,
+                    data_parallel=self.data_parallel,
+                    model_dtype=self.model_dtype,
+                )
             seconds = float(m.group("sec")) if m.group("sec") else facts.model_load_seconds
             return replace(
                 facts,
@@ -83,6 +116,8 @@ class StartupFacts:
                 model_load_seconds=seconds,
                 startups=max(facts.startups, 1),
             )
+        if _ENGINE_CONFIG.search(line):
+            return _with_engine_config(self, line)
         if m := _KV_MEMORY.search(line):
             return replace(self, kv_cache_memory_bytes=float(m.group("gib")) * GIB)
         if m := _LOAD_TIME.search(line):
@@ -97,6 +132,18 @@ class StartupFacts:
                 max_concurrency=float(m.group("x")),
             )
         return facts
+
+
+def _with_engine_config(facts: StartupFacts, line: str) -> StartupFacts:
+    sizes = {name: int(m.group(1)) for name, p in _LAYOUT.items() if (m := p.search(line))}
+    dtype = _DTYPE.search(line)
+    return replace(
+        facts,
+        tensor_parallel=sizes.get("tensor_parallel_size", facts.tensor_parallel),
+        pipeline_parallel=sizes.get("pipeline_parallel_size", facts.pipeline_parallel),
+        data_parallel=sizes.get("data_parallel_size", facts.data_parallel),
+        model_dtype=dtype.group(1) if dtype else facts.model_dtype,
+    )
 
 
 def read_facts(text: str) -> StartupFacts:

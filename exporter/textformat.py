@@ -32,6 +32,7 @@ ERROR_REASONS = (
     "duplicate_series",  # the same series twice
     "cardinality",  # too many series in one family, or an absurd label value
     "no_vllm_metrics",  # a valid page with nothing of vLLM on it
+    "internal",  # an unexpected error in the exporter itself (a bug: its log has the trace)
 )
 
 
@@ -101,6 +102,9 @@ def _parse_labels(text: str, limits: Limits) -> Labels:
 
 
 def _parse_value(text: str) -> float:
+    # Python's float() also takes digit separators ("1_000"); Prometheus does not.
+    if "_" in text:
+        raise PageError("parse", f"value {text[:40]!r} is not a number")
     try:
         value = float(text)
     except ValueError:

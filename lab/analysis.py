@@ -13,9 +13,13 @@ from pathlib import Path
 
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.collector import Weights
 from vllm_glassbox.exporter.derive import Increase
-from vllm_glassbox.exporter.service import resolve_checkpoint_weights
+from vllm_glassbox.exporter.model import (
+    Weights,
+    read_checkpoint_weights,
+    resolve_layout,
+    resolve_weights,
+)
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.exporter.startup_log import read_facts
 
@@ -40,7 +44,7 @@ def checkpoint_weights(model_dir: str | None) -> Weights | None:
     if not model_dir or not Path(model_dir).is_dir():
         return None
     try:
-        return resolve_checkpoint_weights(model_dir)
+        return read_checkpoint_weights(model_dir)
     except (OSError, ValueError):
         return None
 
@@ -55,21 +59,17 @@ def startup_facts(
 ) -> Startup:
     """Weights, KV memory and tokens, blocks and block size of the server just started.
 
-    Weights as the exporter ranks them: the log (what was loaded; absent on CPU), then
-    the checkpoint. KV tokens from the log, else the cache config's capacity.
+    Weights and the KV pool as the exporter resolves them (the same functions): weights
+    from the log (what was loaded, the whole model; absent on CPU), then the checkpoint;
+    KV tokens from the cache config, then the log.
     """
     facts = read_facts(startup_log)
-    weights: Weights | None = None
-    if facts.weights_bytes is not None:
-        weights = Weights(facts.weights_bytes, "log")
-    else:
-        weights = checkpoint()
+    engines = len(snapshot.engines) if snapshot is not None else None
+    weights = resolve_weights(None, facts, checkpoint(), resolve_layout(facts, engines=engines))
     cache = None
     if snapshot is not None and snapshot.engines:
         cache = snapshot.cache_for(next(iter(snapshot.engines)))
-    kv_tokens = facts.kv_cache_tokens
-    if kv_tokens is None and cache is not None:
-        kv_tokens = cache.capacity_tokens
+    kv_tokens = derive.kv_cache_capacity_tokens(cache, facts.kv_cache_tokens)
     kv_memory = facts.kv_cache_memory_bytes
     if kv_memory is None and cache is not None and cache.kv_cache_memory_bytes is not None:
         kv_memory = float(cache.kv_cache_memory_bytes)
@@ -81,7 +81,7 @@ def startup_facts(
         load_seconds=facts.model_load_seconds or facts.weights_load_seconds,
         kv_cache_memory_bytes=kv_memory,
         kv_cache_tokens=kv_tokens,
-        kv_cache_blocks=cache.blocks if cache else None,
+        kv_cache_blocks=derive.kv_cache_blocks(cache),
         block_size=cache.block_size if cache else None,
         vllm_version=facts.vllm_version,
         log_path=log_path,

@@ -1,8 +1,9 @@
 """Talking to the vLLM under test: completions, and counter snapshots around them.
 
-The numbers themselves come from the derivation core: a request's increase is
-`increase_between` of the canonical counters on both sides of it, summed over engines
-with `Increase.__add__`, and every derived value is a function of `exporter/derive.py`.
+The numbers themselves come from the derivation core: a request's increase is the core's
+`snapshot_increases` on both sides of it (its counter and restart rule, the exporter's
+too), combined over engines with `engines_together`, and every derived value is a
+function of `exporter/derive.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from vllm_glassbox.exporter.derive import Increase, increase_between
+from vllm_glassbox.exporter.derive import Increase, engines_together, snapshot_increases
 from vllm_glassbox.exporter.snapshot import (
     GENERATION_TOKENS,
     REQUESTS_FINISHED,
@@ -29,23 +30,9 @@ class LabError(RuntimeError):
 
 
 def increase(before: Snapshot, after: Snapshot, seconds: float) -> Increase:
-    """How much every canonical counter grew from one snapshot to the next, all engines.
-
-    A changed `process_start_time_seconds` means vLLM restarted in between: every counter
-    started again from 0.
-    """
-    restarted = (
-        before.process_start_time is not None
-        and after.process_start_time is not None
-        and before.process_start_time != after.process_start_time
-    )
-    total = Increase({}, seconds)
-    for key, sample in after.engines.items():
-        earlier = before.engines.get(key)
-        total = total + increase_between(
-            earlier.counters if earlier else {}, sample.counters, seconds, restarted
-        )
-    return total
+    """How much every canonical counter grew from one snapshot to the next, all engines
+    (a restart in between, by the core's rule, counts what the new process counted)."""
+    return engines_together(snapshot_increases(before, after, seconds).values(), seconds)
 
 
 def gauge_total(snapshot: Snapshot, name: str) -> float | None:

@@ -192,7 +192,8 @@ def summary_lines(results: LabResults) -> list[str]:
             lines.append(
                 f"**{phase.name}**: TPOT = {fit.slope_seconds_per_gib * 1000:.3g} ms/GiB × "
                 f"weights + {fit.intercept_seconds * 1000:.3g} ms (R² {_n(fit.r_squared)}), "
-                f"i.e. weights read at {_n(fit.bandwidth_bytes_per_second, scale=1e-9)} GB/s; "
+                "i.e. a marginal weight-read bandwidth of "
+                f"{_n(fit.marginal_bandwidth_bytes_per_second, scale=1e-9)} GB/s; "
                 f"predictions within {worst:.1%} of the measured TPOT"
                 + (
                     f"; KV pool from {min(kv_known):,} to {max(kv_known):,} tokens"
@@ -312,8 +313,9 @@ def _quantization(phase: PhaseResult, q: QuantizationResult) -> list[str]:
             f"**Fit** through {', '.join(f.fitted)}: TPOT = "
             f"{f.slope_seconds_per_gib * 1000:.4g} ms/GiB × weights GiB + "
             f"{f.intercept_seconds * 1000:.4g} ms, R² = {_n(f.r_squared, 4)}. "
-            "Each decode step reads every weight once, so the slope is the inverse of the "
-            f"achieved bandwidth: {_n(f.bandwidth_bytes_per_second, scale=1e-9)} GB/s.",
+            "Each decode step reads every weight once, so the slope's inverse is the "
+            "marginal bandwidth, what one more byte of weights costs (fixed costs are in the "
+            f"intercept): {_n(f.marginal_bandwidth_bytes_per_second, scale=1e-9)} GB/s.",
             "",
         ]
         out += _table(

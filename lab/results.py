@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from vllm_glassbox.exporter.derive import marginal_weight_read_bandwidth
+
 GIB = 1024**3
 
 JSON = dict[str, Any]
@@ -118,15 +120,17 @@ class Fit:
     predictions: tuple[Prediction, ...]
 
     @property
-    def bandwidth_bytes_per_second(self) -> float | None:
-        """Each decode step reads every weight once: the slope is 1 / achieved bandwidth."""
-        return GIB / self.slope_seconds_per_gib if self.slope_seconds_per_gib > 0 else None
+    def marginal_bandwidth_bytes_per_second(self) -> float | None:
+        """The slope read as a bandwidth: what one more byte of weights costs per step
+        (`derive.marginal_weight_read_bandwidth`; not the exporter's per-GPU bandwidth
+        from the mean step)."""
+        return marginal_weight_read_bandwidth(self.slope_seconds_per_gib)
 
     def to_json(self) -> JSON:
         return {
             **asdict(self),
             "fitted": list(self.fitted),
-            "bandwidth_bytes_per_second": self.bandwidth_bytes_per_second,
+            "marginal_bandwidth_bytes_per_second": self.marginal_bandwidth_bytes_per_second,
         }
 
 

@@ -284,7 +284,7 @@ class Lab:
                 self.progress.begin(phase.name, run.label)
                 m = self._measure(served, [body(dict(run.extra))] * phase.requests)
                 stats = request_stats(m.completions, m.increase)
-                warm = warm + m.increase
+                warm = warm.then(m.increase)  # the runs one after another
                 measured.append((run.label, dict(run.extra), run.baseline, stats))
                 self.progress.note(f"  {run.label}: {_stats_line(stats)}")
             runs, speedup = spec_runs(measured)

@@ -1,7 +1,7 @@
 """Capture the vLLM pages and startup logs in tests/fixtures from the real vLLM CPU build.
 
-Run by hand (two vLLM CPU servers; ten minutes on a shared two-core machine), never by
-the suite:
+Run by hand (four vLLM CPU servers; a quarter of an hour on a shared two-core machine),
+never by the suite:
 
     .venv/bin/python -m tests.capture_fixtures            # rewrites tests/fixtures/...
 
@@ -14,6 +14,8 @@ Two servers, each serving a tiny generated Qwen2 checkpoint as "tiny":
          idle page, two sequential 256-token requests on a repetitive prompt (a page
          after each), then a flood of 12 concurrent long requests that overflows the
          pool: a page mid-flood (requests waiting, preemptions seen) and one after.
+  tp2    the plain server at --tensor-parallel-size 2,
+  dp2    and at --data-parallel-size 2: idle page, then a page after two requests of 64.
 
 Requests never overlap except in the flood, so the increase between two consecutive
 pages is known by hand (e.g. 3 × 64 generated tokens, 3 first tokens, 3 × 63 decode
@@ -37,7 +39,7 @@ from typing import Any
 
 import httpx
 from vllm_glassbox.exporter.snapshot import PREEMPTIONS, WAITING, read_snapshot
-from vllm_glassbox.lab.server_process import ServerProcess
+from vllm_glassbox.lab.server_process import ServerError, ServerProcess
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -104,18 +106,9 @@ def _request_note(prompt: str, max_tokens: int, **extra: Any) -> str:
 
 
 def _start(name: str, model_dir: Path, extra_flags: list[str], workdir: Path) -> ServerProcess:
-    flags = [
-        "--model",
-        str(model_dir),
-        "--served-model-name",
-        "tiny",
-        "--max-model-len",
-        "2048",
-        *extra_flags,
-    ]
     log_path = workdir / f"{name}.log"
     log_path.unlink(missing_ok=True)
-    server = ServerProcess(flags, log_path=log_path)
+    server = ServerProcess(_flags(model_dir, extra_flags), log_path=log_path)
     server.start()
     server.wait_ready()
     return server
@@ -216,6 +209,57 @@ def capture_spec(model_dir: Path, workdir: Path, header: list[str]) -> None:
         server.stop()
 
 
+PARALLEL_FLAGS = {
+    "tp2": ["--tensor-parallel-size", "2"],
+    "dp2": ["--data-parallel-size", "2"],
+}
+
+
+def capture_parallel(name: str, model_dir: Path, workdir: Path, header: list[str]) -> None:
+    """The plain server split over two workers (tp2) or two engines (dp2), if the CPU
+    build runs it: its startup log, an idle page, and a page after two 64-token requests.
+    A refusal is kept as the log of the attempt (`logs/cpu-0.32-<name>-refused.log`)."""
+    flags = [*PARALLEL_FLAGS[name], "--kv-cache-memory-bytes", str(PLAIN_POOL_BYTES)]
+    flags.append("--enforce-eager")  # no torch.compile per worker: minutes less on 2 cores
+    log_path = workdir / f"{name}.log"
+    log_path.unlink(missing_ok=True)
+    # Two CPU workers on this machine's one NUMA node: vLLM refuses to bind their threads
+    # itself ("Not enough allowed NUMA nodes"), so each gets one core by hand.
+    server = ServerProcess(
+        _flags(model_dir, flags), log_path=log_path, env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+    )
+    server.start()
+    try:
+        try:
+            server.wait_ready(timeout_seconds=900)
+        except ServerError:
+            refused = FIXTURES / "logs" / f"cpu-0.32-{name}-refused.log"
+            refused.write_text(server.log_text())
+            print(f"  the CPU build did not start with {' '.join(flags)}: see {refused}")
+            return
+        _keep_startup_log(server, FIXTURES / "logs" / f"cpu-0.32-{name}-startup.log")
+        cap = Capture(name, server, _shown_flags(flags), FIXTURES / "metrics" / "cpu-0.32", header)
+        cap.save(f"{name}-idle.txt", cap.page("/metrics"), "idle right after startup")
+        for _ in range(2):
+            complete(server.url, PLAIN_PROMPT, 64)
+            cap.sent.append(_request_note(PLAIN_PROMPT, 64))
+        cap.save(f"{name}-after-2x64.txt", cap.page("/metrics"), "after 2 requests of 64")
+    finally:
+        server.stop()
+
+
+def _flags(model_dir: Path, extra: list[str]) -> list[str]:
+    return [
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        "tiny",
+        "--max-model-len",
+        "2048",
+        *extra,
+    ]
+
+
 def _shown_flags(extra: list[str]) -> list[str]:
     shown = [
         "--model",
@@ -239,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("/tmp/glassbox-capture"),
         help="where the tiny model and the server logs go",
     )
-    parser.add_argument("--only", choices=["plain", "spec"], help="capture one server only")
+    parser.add_argument(
+        "--only", choices=["plain", "spec", *PARALLEL_FLAGS], help="capture one server only"
+    )
     args = parser.parse_args(argv)
     (FIXTURES / "metrics" / "cpu-0.32").mkdir(parents=True, exist_ok=True)
     (FIXTURES / "logs").mkdir(parents=True, exist_ok=True)
@@ -258,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "spec"):
         print("spec server")
         capture_spec(model_dir, args.workdir, header)
+    for name in PARALLEL_FLAGS:
+        if args.only in (None, name):
+            print(f"{name} server")
+            capture_parallel(name, model_dir, args.workdir, header)
     return 0
 
 

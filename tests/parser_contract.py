@@ -19,6 +19,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from vllm_glassbox.exporter.derive import (
+    kv_cache_blocks,
+    kv_cache_capacity_tokens,
+    weights_from_log,
+)
 from vllm_glassbox.exporter.snapshot import Snapshot, read_snapshot
 from vllm_glassbox.exporter.startup_log import StartupFacts, read_facts
 from vllm_glassbox.exporter.textformat import ERROR_REASONS, Limits, PageError
@@ -49,7 +54,7 @@ def check_page(data: bytes) -> Snapshot | PageError | None:
     if snapshot.process_start_time is not None:
         assert math.isfinite(snapshot.process_start_time)
     for cache in snapshot.cache.values():
-        for value in (cache.blocks, cache.block_size, cache.capacity_tokens):
+        for value in (kv_cache_blocks(cache), cache.block_size, kv_cache_capacity_tokens(cache)):
             assert value is None or value >= 0, cache
     return snapshot
 
@@ -61,8 +66,9 @@ def _assert_usable(facts: StartupFacts) -> None:
         for v in values:
             if isinstance(v, int | float) and not isinstance(v, bool):
                 assert math.isfinite(v) and v >= 0, (field.name, v)
-    if facts.weights_bytes is not None:
-        assert math.isfinite(facts.weights_bytes) and facts.weights_bytes >= 0
+    shards = (facts.tensor_parallel or 1) * (facts.pipeline_parallel or 1)
+    weights = weights_from_log(facts.weights_by_engine(), shards)
+    assert weights is None or (math.isfinite(weights) and weights >= 0), weights
 
 
 def check_log(data: bytes) -> StartupFacts:

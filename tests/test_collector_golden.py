@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,8 +79,14 @@ def config(**overrides: Any) -> ExporterConfig:
 
 
 L40S = gpu_bandwidth("L40S")
+H200 = gpu_bandwidth("H200")
 TINY_WEIGHTS = float(TinyModelSpec("tiny-capture").parameter_count() * 2)
 TRUNCATED = page("cpu-0.32/plain-after-3x64.txt")[:20000]
+
+
+def multiprocess(name: str) -> str:
+    """A page as vLLM's multiprocess mode shows it: no process_* series."""
+    return re.sub(r"^process_.*\n", "", page(name), flags=re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +142,44 @@ def scenarios(checkpoint: Path) -> dict[str, str]:
             [page("v0.11.0-dp2/before.txt"), page("v0.11.0-dp2/after.txt")],
             "0.11.0",
         ),
+        # Two data-parallel engines, each logging its full copy: the weights count once.
+        "v0.11.0-dp2-log": render(
+            config(vllm_log=str(LOGS / "v0.11.0-dp2.log"), peak_bandwidth=L40S),
+            [page("v0.11.0-dp2/before.txt"), page("v0.11.0-dp2/after.txt")],
+            "0.11.0",
+        ),
+        # The real CUDA capture at TP=2: one rank's shard in the log, the whole model out.
+        "cuda-0.24.0-tp2": render(
+            config(vllm_log=str(LOGS / "cuda-0.24.0-tp2.log"), peak_bandwidth=H200),
+            [page("cuda-0.24.0-tp2/idle.txt")] * 2,
+            "0.24.0",
+        ),
+        # The real CPU build at TP=2: the layout from its log, weights from the checkpoint.
+        "cpu-0.32-tp2": render(
+            config(
+                model_dir=str(checkpoint),
+                vllm_log=str(LOGS / "cpu-0.32-tp2-startup.log"),
+                peak_bandwidth=20e9,
+            ),
+            [page(cpu + p) for p in ("tp2-idle.txt", "tp2-after-2x64.txt")],
+            "0.32.0",
+        ),
+        # The real CPU build with two data-parallel engines, one 64-token request each.
+        "cpu-0.32-dp2": render(
+            config(
+                model_dir=str(checkpoint),
+                vllm_log=str(LOGS / "cpu-0.32-dp2-startup.log"),
+                peak_bandwidth=20e9,
+            ),
+            [page(cpu + p) for p in ("dp2-idle.txt", "dp2-after-2x64.txt")],
+            "0.32.0",
+        ),
+        # A restart in multiprocess mode (no process start time): only counters show it.
+        "restart-multiprocess": render(
+            config(weights_bytes=TINY_WEIGHTS),
+            [multiprocess(cpu + p) for p in ("spec-after-2x256.txt", "plain-after-3x64.txt")],
+            "0.32.0",
+        ),
         # Nothing moved between the two polls: no windowed ratio, only the KV pool.
         "v0.11.0-2api": render(config(), [page("v0.11.0-2api/after.txt")] * 2, "0.11.0"),
         # Two good polls, then a truncated page: down, counted, derived series gone.
@@ -184,6 +231,11 @@ NAMES = [
     "cpu-0.32-spec-flood",
     "v0.11.0-single",
     "v0.11.0-dp2",
+    "v0.11.0-dp2-log",
+    "cuda-0.24.0-tp2",
+    "cpu-0.32-tp2",
+    "cpu-0.32-dp2",
+    "restart-multiprocess",
     "v0.11.0-2api",
     "target-down",
     "target-recovered",
@@ -215,6 +267,7 @@ def _value(text: str, name: str, **labels: str) -> float | None:
 
 
 TINY = {"model_name": "tiny", "engine": "0"}
+TP2 = {"tensor_parallel": "2", "pipeline_parallel": "1", "data_parallel": "1"}
 
 
 def test_plain_output_states_one_token_per_forward_pass(outputs: dict[str, str]) -> None:
@@ -235,7 +288,9 @@ def test_v0_11_output_takes_weights_from_the_log(outputs: dict[str, str]) -> Non
     weights = _value(text, "glassbox_model_weights_bytes")
     assert weights == pytest.approx(2 * 2.6037 * 1024**3)
     assert _value(text, "glassbox_tokens_per_forward_pass", **engine) == 255 / 43
-    assert _value(text, "glassbox_decode_floor_seconds") == pytest.approx(weights / L40S)
+    # The log's engine-config line says TP=2: each GPU reads half the weights.
+    assert _value(text, "glassbox_parallel_info", **TP2) == 1.0
+    assert _value(text, "glassbox_decode_floor_seconds") == pytest.approx(weights / (2 * L40S))
     assert _value(text, "glassbox_kv_cache_capacity_tokens", **engine) == 3584 * 16
 
 
@@ -302,3 +357,89 @@ def test_promtool_finds_nothing_to_lint_in_the_glassbox_series(
             timeout=30,
         )
         assert (result.returncode, result.stdout + result.stderr) == (0, ""), name
+
+
+def test_data_parallel_copies_in_the_log_count_once(outputs: dict[str, str]) -> None:
+    text = outputs["v0.11.0-dp2-log"]
+    assert _value(text, "glassbox_model_weights_info", source="log") == 1.0
+    # Both engines log "Model loading took 14.9935 GiB"; summing them said 29.99 GiB.
+    assert _value(text, "glassbox_model_weights_bytes") == pytest.approx(14.9935 * 1024**3)
+    layout = {"tensor_parallel": "1", "pipeline_parallel": "1", "data_parallel": "2"}
+    assert _value(text, "glassbox_parallel_info", **layout) == 1.0
+
+
+def test_real_tp2_capture_gives_the_whole_model_and_per_gpu_floor(outputs: dict[str, str]) -> None:
+    text = outputs["cuda-0.24.0-tp2"]
+    weights = _value(text, "glassbox_model_weights_bytes")
+    assert weights == pytest.approx(14.32 * 1024**3)  # Worker_TP0's line alone said 7.16 GiB
+    assert _value(text, "glassbox_parallel_info", **TP2) == 1.0
+    assert _value(text, "glassbox_decode_floor_seconds") == pytest.approx(weights / (2 * H200))
+    capacity = _value(text, "glassbox_kv_cache_capacity_tokens", model_name="q", engine="0")
+    assert capacity == 4_431_184
+
+
+def test_cpu_tp2_bandwidth_is_per_gpu(outputs: dict[str, str]) -> None:
+    text = outputs["cpu-0.32-tp2"]
+    assert _value(text, "glassbox_parallel_info", **TP2) == 1.0
+    assert _value(text, "glassbox_model_weights_info", source="safetensors") == 1.0
+    per_gpu = _value(text, "glassbox_weight_read_bandwidth_bytes_per_second", **TINY)
+    step = _value(text, "glassbox_inter_token_latency_seconds", **TINY)
+    assert per_gpu is not None and step is not None
+    assert per_gpu == pytest.approx(TINY_WEIGHTS / (2 * step))
+    assert _value(text, "glassbox_tokens_per_forward_pass", **TINY) == 1.0
+
+
+def test_a_restart_seen_only_in_counters_resets_every_counter(outputs: dict[str, str]) -> None:
+    text = outputs["restart-multiprocess"]
+    assert _value(text, "glassbox_target_restarts_total") == 1.0
+    # The new process served 3 × 64 tokens, one per step; resetting only the counters
+    # that went down said 2.25 tokens per forward pass.
+    assert _value(text, "glassbox_tokens_per_forward_pass", **TINY) == 1.0
+
+
+def test_cpu_dp2_has_two_engines_of_one_pool_each(outputs: dict[str, str]) -> None:
+    text = outputs["cpu-0.32-dp2"]
+    # vLLM's engine-config line says data_parallel_size=1 for these independent engines.
+    layout = {"tensor_parallel": "1", "pipeline_parallel": "1", "data_parallel": "2"}
+    assert _value(text, "glassbox_parallel_info", **layout) == 1.0
+    assert _value(text, "glassbox_model_weights_bytes") == TINY_WEIGHTS  # not twice
+    for engine in ("0", "1"):
+        labels = {"model_name": "tiny", "engine": engine}
+        assert _value(text, "glassbox_kv_cache_blocks", **labels) == 128  # 256 summed by vLLM
+        assert _value(text, "glassbox_kv_cache_capacity_tokens", **labels) == 16384
+        assert _value(text, "glassbox_tokens_per_forward_pass", **labels) == 1.0
+
+
+def test_the_layout_flags_win_over_the_log(tiny_checkpoint: Path) -> None:
+    text = render(
+        config(vllm_log=str(LOGS / "cuda-0.24.0-tp2.log"), peak_bandwidth=H200, tensor_parallel=4),
+        [page("cuda-0.24.0-tp2/idle.txt")] * 2,
+        "0.24.0",
+    )
+    layout = {"tensor_parallel": "4", "pipeline_parallel": "1", "data_parallel": "1"}
+    assert _value(text, "glassbox_parallel_info", **layout) == 1.0
+    assert _value(text, "glassbox_model_weights_bytes") == pytest.approx(4 * 7.16 * 1024**3)
+
+
+class Exploding(PageSequence):
+    def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
+        raise RuntimeError("a bug in the exporter")
+
+
+def test_an_unexpected_error_is_counted_as_internal_not_as_vllms_page() -> None:
+    stop = threading.Event()
+    poller = Poller(config(), fetcher=Exploding([], "0.32.0"), clock=Clock())
+    thread = threading.Thread(target=poller.run, args=(stop,))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while poller.errors["internal"] == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join()
+    assert poller.errors["parse"] == 0  # was counted as parse, which points at vLLM's page
+    text = strip_volatile(generate_latest(make_registry(poller)).decode())
+    assert (_value(text, "glassbox_scrape_errors_total", reason="internal") or 0) >= 1
+    assert _value(text, "glassbox_target_up") == 0.0

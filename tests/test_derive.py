@@ -6,6 +6,8 @@ The captured pairs come from the real vLLM CPU build with known requests between
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter import snapshot as s
@@ -162,7 +164,7 @@ def test_weight_bytes_per_output_token_is_amortized_by_speculation(
 
 def test_bandwidth_utilization_and_decode_floor(spec: Increase) -> None:
     step = spec[s.ITL_SUM] / spec[s.ITL_COUNT]
-    achieved = derive.weight_read_bandwidth(spec, TINY_WEIGHTS)
+    achieved = derive.weight_read_bandwidth_per_gpu(spec, TINY_WEIGHTS)
     assert achieved == pytest.approx(TINY_WEIGHTS / step)
     assert derive.memory_bandwidth_utilization(spec, TINY_WEIGHTS, PEAK) == pytest.approx(
         TINY_WEIGHTS / step / PEAK
@@ -172,7 +174,7 @@ def test_bandwidth_utilization_and_decode_floor(spec: Increase) -> None:
 
 def test_weight_values_are_absent_without_weights_or_peak(spec: Increase) -> None:
     assert derive.weight_bytes_per_output_token(spec, None) is None
-    assert derive.weight_read_bandwidth(spec, None) is None
+    assert derive.weight_read_bandwidth_per_gpu(spec, None) is None
     assert derive.memory_bandwidth_utilization(spec, TINY_WEIGHTS, None) is None
     assert derive.memory_bandwidth_utilization(spec, None, PEAK) is None
     assert derive.decode_floor_seconds(TINY_WEIGHTS, None) is None
@@ -204,7 +206,7 @@ def test_sampled_flood_drafts_are_counted_even_when_none_is_accepted() -> None:
 def test_kv_used_tokens_mid_flood_is_usage_times_capacity() -> None:
     snap = read_snapshot(page("cpu-0.32/flood-mid.txt"))
     usage = snap.engines[TINY].gauges[s.KV_USAGE]
-    capacity = snap.cache["0"].capacity_tokens
+    capacity = derive.kv_cache_capacity_tokens(snap.cache["0"])
     assert snap.engines[TINY].gauges[s.WAITING] > 0
     assert usage > 0.9
     assert derive.kv_cache_used_tokens(usage, capacity) == usage * 4096
@@ -279,7 +281,7 @@ def test_engines_aggregate_by_summing_increases_not_averaging_ratios() -> None:
     # engine 1: three requests that bypassed speculation (3 × 255 tokens, one per step).
     assert derive.tokens_per_forward_pass(e0) == 255 / 43
     assert derive.tokens_per_forward_pass(e1) == 1.0
-    both = e0 + e1
+    both = e0.alongside(e1)
     assert derive.tokens_per_forward_pass(both) == (255 + 765) / (43 + 765)
     mean_of_ratios = (255 / 43 + 1.0) / 2
     assert derive.tokens_per_forward_pass(both) == pytest.approx(1.2624, abs=1e-4)
@@ -288,12 +290,30 @@ def test_engines_aggregate_by_summing_increases_not_averaging_ratios() -> None:
     assert derive.spec_acceptance_ratio(both) == 1.0
 
 
-def test_adding_increases_sums_every_counter_and_keeps_the_longest_span() -> None:
+def test_engines_side_by_side_sum_counters_and_keep_the_longest_span() -> None:
     a = Increase({"x": 1.0, "y": 2.0}, 10.0)
     b = Increase({"y": 3.0, "z": 4.0}, 12.0)
-    total = a + b
+    total = a.alongside(b)
     assert dict(total.counters) == {"x": 1.0, "y": 5.0, "z": 4.0}
     assert total.seconds == 12.0
+    assert derive.engines_together([a, b], 12.0) == total
+
+
+def test_runs_one_after_another_sum_counters_and_spans() -> None:
+    first = Increase({s.ENGINE_STEPS: 30.0}, 10.0)
+    second = Increase({s.ENGINE_STEPS: 90.0}, 20.0)
+    both = first.then(second)
+    assert dict(both.counters) == {s.ENGINE_STEPS: 120.0}
+    assert both.seconds == 30.0
+    # 120 steps in 30 s; taking the longer span (as for parallel engines) said 6 a second.
+    assert derive.engine_steps_per_second(both) == 4.0
+    assert derive.engine_steps_per_second(first.alongside(second)) == 6.0
+
+
+def test_increase_has_no_ambiguous_plus() -> None:
+    a = Increase({"x": 1.0}, 1.0)
+    with pytest.raises(TypeError):
+        _ = a + a  # type: ignore[operator]
 
 
 # --- counter increases ---------------------------------------------------------------------
@@ -317,13 +337,10 @@ def test_increase_across_a_restart_is_what_the_new_process_counted() -> None:
         d = increase_between(old, new, 10.0, restarted=restarted)
         assert (d[s.GENERATION_TOKENS], d[s.TTFT_COUNT], d[s.ITL_COUNT]) == (64, 1, 63)
         assert derive.tokens_per_forward_pass(d) == 1.0
-    # A counter that happens to be higher after the restart needs the restart flag.
+    # Other counters went down, so the engine restarted: even a counter that happens to
+    # be higher than before counts everything the new process counted.
     grown = {**new, s.PROMPT_TOKENS: old[s.PROMPT_TOKENS] + 1}
-    assert increase_between(old, grown, 10.0)[s.PROMPT_TOKENS] == 1
-    assert (
-        increase_between(old, grown, 10.0, restarted=True)[s.PROMPT_TOKENS]
-        == grown[s.PROMPT_TOKENS]
-    )
+    assert increase_between(old, grown, 10.0)[s.PROMPT_TOKENS] == grown[s.PROMPT_TOKENS]
 
 
 def test_a_counter_first_seen_after_counts_from_zero() -> None:
@@ -337,3 +354,125 @@ def test_every_windowed_series_has_a_unique_glassbox_name_and_help() -> None:
     for series in WINDOWED:
         assert series.name.startswith("glassbox_") and ":" not in series.name
         assert series.help
+
+
+# --- tensor parallelism: per-GPU bandwidth and floor ----------------------------------------
+
+QWEN_7B_BF16 = 15.23e9  # bytes of Qwen2.5-7B-Instruct in BF16
+L40S = 864e9
+
+
+def _steps(step_seconds: float, steps: int = 100) -> Increase:
+    return Increase({s.ITL_SUM: step_seconds * steps, s.ITL_COUNT: float(steps)}, 60.0)
+
+
+def test_tensor_parallel_bandwidth_is_per_gpu_and_below_its_peak() -> None:
+    # 2 × L40S at TP=2, a 12 ms decode step: each GPU reads half the weights per step.
+    d = _steps(0.012)
+    per_gpu = derive.weight_read_bandwidth_per_gpu(d, QWEN_7B_BF16, tensor_parallel=2)
+    assert per_gpu == pytest.approx(QWEN_7B_BF16 / 2 / 0.012)
+    utilization = derive.memory_bandwidth_utilization(d, QWEN_7B_BF16, L40S, tensor_parallel=2)
+    assert utilization == pytest.approx(0.7345, abs=1e-4)  # whole model vs one GPU said 1.47
+    assert derive.memory_bandwidth_utilization(d, QWEN_7B_BF16, L40S) == pytest.approx(
+        1.4689, abs=1e-4
+    )
+
+
+def test_tensor_parallel_decode_floor_is_below_the_measured_step() -> None:
+    floor = derive.decode_floor_seconds(QWEN_7B_BF16, L40S, tensor_parallel=2)
+    assert floor == pytest.approx(0.008814, abs=1e-6)
+    assert floor < 0.012  # one GPU's floor for the whole model said 17.6 ms, above the step
+    assert derive.decode_floor_seconds(QWEN_7B_BF16, L40S) == pytest.approx(0.017627, abs=1e-6)
+
+
+def test_pipeline_stages_do_not_change_one_gpus_bandwidth() -> None:
+    # TP=1, PP=2: each GPU reads half the weights in half the step; the same rate as TP=1.
+    d = _steps(0.020)
+    assert derive.weight_read_bandwidth_per_gpu(d, 1e10, tensor_parallel=1) == 1e10 / 0.020
+
+
+def test_the_fits_marginal_bandwidth_is_the_slopes_inverse() -> None:
+    assert derive.marginal_weight_read_bandwidth(0.0015) == pytest.approx(1024**3 / 0.0015)
+    assert derive.marginal_weight_read_bandwidth(0.0) is None
+    assert derive.marginal_weight_read_bandwidth(-0.001) is None
+
+
+# --- whole-model weights from the log's lines ---------------------------------------------
+
+
+def test_every_rank_logged_its_shard_the_copy_is_their_sum() -> None:
+    assert derive.weights_from_log({0: [2.0, 2.0]}, shards=2) == 4.0
+
+
+def test_one_rank_logged_its_shard_the_copy_is_scaled_to_every_shard() -> None:
+    assert derive.weights_from_log({0: [7.16]}, shards=2) == pytest.approx(14.32)
+    assert derive.weights_from_log({0: [32.8571]}, shards=4) == pytest.approx(131.4284)
+
+
+def test_data_parallel_copies_count_once() -> None:
+    assert derive.weights_from_log({0: [14.9935], 1: [14.9935]}, shards=1) == 14.9935
+
+
+def test_more_lines_than_shards_are_all_counted() -> None:
+    # A layout the log did not state (V0 logs, no flag): what was logged is all there is.
+    assert derive.weights_from_log({0: [1.0, 1.0, 1.0]}, shards=1) == 3.0
+    assert derive.weights_from_log({}, shards=2) is None
+
+
+def test_active_weights_of_a_mixture_of_experts() -> None:
+    # 30.5 B parameters, 29.0 B in 128 routed experts, 8 used per token.
+    assert derive.active_weights(30.5, 29.0, 8 / 128) == pytest.approx(30.5 - 29.0 * 120 / 128)
+    assert derive.active_weights_of(60.0, 30.0, 3.0) == 6.0  # the checkpoint's proportion
+
+
+# --- the KV pool: one rule for the exporter and the lab ------------------------------------
+
+
+def test_kv_capacity_prefers_the_page_then_blocks_then_the_log() -> None:
+    cache = read_snapshot(page("cpu-0.32/spec-idle.txt")).cache["0"]
+    assert derive.kv_cache_capacity_tokens(cache, logged_tokens=9999) == 4096
+    older = dataclasses.replace(cache, kv_cache_size_tokens=None)
+    assert derive.kv_cache_capacity_tokens(older, logged_tokens=9999) == 32 * 128
+    no_blocks = dataclasses.replace(older, num_gpu_blocks_total=None)
+    assert derive.kv_cache_capacity_tokens(no_blocks, logged_tokens=9999) == 9999
+    assert derive.kv_cache_capacity_tokens(None, logged_tokens=None) is None
+
+
+# --- restarts: one rule, every counter of the engine from zero ------------------------------
+
+
+def _no_process(name: str) -> dict[str, float]:
+    """An engine's counters as multiprocess mode shows them: no process start time."""
+    return dict(read_snapshot(page(name)).engines[TINY].counters)
+
+
+def test_a_restart_seen_only_as_some_counters_going_down_resets_every_counter() -> None:
+    # The spec server, then (restarted, multiprocess mode) the plain one after 3 × 64.
+    old = _no_process("cpu-0.32/spec-after-2x256.txt")
+    new = _no_process("cpu-0.32/plain-after-3x64.txt")
+    assert new[s.GENERATION_TOKENS] < old[s.GENERATION_TOKENS]  # went down: a restart
+    assert new[s.ITL_COUNT] > old[s.ITL_COUNT]  # grew past the old value all the same
+    d = increase_between(old, new, 10.0)
+    assert (d[s.GENERATION_TOKENS], d[s.TTFT_COUNT], d[s.ITL_COUNT]) == (192, 3, 189)
+    assert derive.tokens_per_forward_pass(d) == 1.0  # resetting only the lower ones: 2.247
+    assert derive.counters_restarted(old, new)
+
+
+def test_a_sum_going_down_alone_is_not_a_restart_and_adds_nothing() -> None:
+    # A TTFT observed negative (the wall clock stepped back) while one more request came.
+    old = {s.TTFT_SUM: 10.0, s.TTFT_COUNT: 5.0, s.GENERATION_TOKENS: 300.0}
+    new = {s.TTFT_SUM: 9.5, s.TTFT_COUNT: 6.0, s.GENERATION_TOKENS: 364.0}
+    assert not derive.counters_restarted(old, new)
+    d = increase_between(old, new, 10.0)
+    assert (d[s.TTFT_SUM], d[s.TTFT_COUNT], d[s.GENERATION_TOKENS]) == (0.0, 1.0, 64.0)
+
+
+def test_a_new_process_restarts_every_counter_even_those_that_grew() -> None:
+    old = {s.GENERATION_TOKENS: 10.0, s.ITL_COUNT: 5.0}
+    new = {s.GENERATION_TOKENS: 64.0, s.ITL_COUNT: 63.0}
+    assert increase_between(old, new, 1.0)[s.GENERATION_TOKENS] == 54.0
+    assert increase_between(old, new, 1.0, restarted=True)[s.GENERATION_TOKENS] == 64.0
+    assert derive.process_restarted(1.0, 2.0)
+    assert not derive.process_restarted(None, 2.0)
+    assert not derive.process_restarted(1.0, None)
+    assert not derive.process_restarted(1.0, 1.0)

@@ -58,6 +58,8 @@ def test_every_flag_reaches_the_config(tmp_path: Path) -> None:
             "--vllm-log", str(tmp_path / "vllm.log"),
             "--model-dir", str(model),
             "--gpu-memory-bandwidth", "864e9",
+            "--tensor-parallel-size", "2",
+            "--pipeline-parallel-size", "3",
         ]
     )  # fmt: skip
     assert config.target == "http://10.0.0.5:8000"
@@ -70,6 +72,7 @@ def test_every_flag_reaches_the_config(tmp_path: Path) -> None:
     assert config.vllm_log == str(tmp_path / "vllm.log")
     assert config.model_dir == str(model)
     assert config.peak_bandwidth == 864e9
+    assert (config.tensor_parallel, config.pipeline_parallel) == (2, 3)
 
 
 def test_defaults_follow_the_spec() -> None:
@@ -80,6 +83,8 @@ def test_defaults_follow_the_spec() -> None:
     # Longer than the interval: a busy vLLM answering late is read (and counted slow).
     assert config.timeout_seconds == 10.0
     assert config.weights_bytes is None and config.peak_bandwidth is None
+    # The parallel layout: what vLLM's log says, else 1 (resolved while running).
+    assert (config.tensor_parallel, config.pipeline_parallel) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -127,6 +132,10 @@ BAD_FLAGS = [
     (["--vllm-log", "/nonexistent/dir/vllm.log"], "--vllm-log"),
     (["--no-such-flag"], "--no-such-flag"),
     (["--log-level", "loud"], "--log-level"),
+    (["--tensor-parallel-size", "0"], "--tensor-parallel-size"),
+    (["--tensor-parallel-size", "two"], "--tensor-parallel-size"),
+    (["--pipeline-parallel-size", "1.5"], "--pipeline-parallel-size"),
+    (["--pipeline-parallel-size", "-2"], "--pipeline-parallel-size"),
 ]
 
 
@@ -505,7 +514,7 @@ def test_docs_name_every_flag() -> None:
         for flag in action.option_strings
         if flag.startswith("--") and flag != "--help"
     ]
-    assert len(flags) == 17
+    assert len(flags) == 19
     missing = [flag for flag in flags if f"| `{flag}" not in text]
     assert missing == []
 

@@ -248,3 +248,31 @@ def test_without_the_step_histogram_step_rates_are_absent_not_zero() -> None:
     with_steps = derive.Increase({s.GENERATION_TOKENS: 50.0, s.ENGINE_STEPS: 25.0}, 10.0)
     assert derive.engine_steps_per_second(with_steps) == 2.5
     assert derive.weight_bytes_per_output_token(with_steps, 1e9) == 5e8
+
+
+def test_a_restart_in_multiprocess_mode_counts_what_the_new_process_counted() -> None:
+    # No process start time: the spec server, then the plain one after 3 × 64 tokens.
+    history = History(60.0, 10)
+    for at, name in (
+        (0.0, "cpu-0.32/spec-after-2x256.txt"),
+        (10.0, "cpu-0.32/plain-after-3x64.txt"),
+    ):
+        counters = snap(name).engines[TINY].counters
+        assert history.add(Snapshot({TINY: s.EngineSample(counters, {})}), at) is (at > 0)
+    d = history.increases()[TINY]
+    assert (d[s.GENERATION_TOKENS], d[s.TTFT_COUNT], d[s.ITL_COUNT]) == (192, 3, 189)
+    assert derive.tokens_per_forward_pass(d) == 1.0  # the counters that went down only: 2.247
+    assert history.restarts == 1
+
+
+def test_a_histogram_sum_going_down_alone_is_not_a_restart() -> None:
+    # One TTFT observed negative after a wall-clock step, one more request served.
+    before = {s.TTFT_SUM: 10.0, s.TTFT_COUNT: 5.0, s.GENERATION_TOKENS: 300.0}
+    after = {s.TTFT_SUM: 9.5, s.TTFT_COUNT: 6.0, s.GENERATION_TOKENS: 364.0}
+    history = History(60.0, 10)
+    history.add(_engine_snapshot(before), 0.0)
+    assert history.add(_engine_snapshot(after), 5.0) is False
+    assert history.restarts == 0  # was 1
+    d = history.increases()[TINY]
+    # Counted as a reset of the sum, it added 9.5 s: a mean TTFT of 9.5 s for the window.
+    assert (d[s.GENERATION_TOKENS], d[s.TTFT_COUNT], d[s.TTFT_SUM]) == (64.0, 1.0, 0.0)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from vllm_glassbox.exporter.collector import Weights
+from vllm_glassbox.exporter.model import Weights
 from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.lab.analysis import (
     fit_line,
@@ -102,7 +102,7 @@ def test_startup_facts_prefer_the_logged_weights_over_tp_ranks() -> None:
         None,
         "m",
         90.0,
-        checkpoint=lambda: pytest.fail("the log has the weights"),  # type: ignore[return-value]
+        checkpoint=lambda: Weights(1.0, "safetensors"),  # the log wins over it
     )
     assert facts.weights_bytes == pytest.approx(2 * 2.6037 * GIB)
     assert facts.weights_source == "log"
@@ -191,7 +191,7 @@ def test_the_fit_goes_through_the_chosen_variants_and_predicts_the_others() -> N
     assert fit.intercept_seconds == pytest.approx(0.002)
     assert fit.r_squared == 1.0
     assert fit.fitted == ("BF16", "AWQ")
-    assert fit.bandwidth_bytes_per_second == pytest.approx(GIB / 0.0015)
+    assert fit.marginal_bandwidth_bytes_per_second == pytest.approx(GIB / 0.0015)
     by_name = {p.name: p for p in fit.predictions}
     assert set(by_name) == {"BF16", "AWQ", "GPTQ", "FP8"}
     assert by_name["GPTQ"].predicted_tpot_seconds == pytest.approx(0.010_25)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from vllm_glassbox.exporter.derive import kv_cache_blocks, kv_cache_capacity_tokens
 from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot
 from vllm_glassbox.exporter.textformat import PageError
 
@@ -48,7 +49,8 @@ def test_absurd_numbers_in_cache_config_labels_are_unknown_not_a_crash() -> None
     assert isinstance(snapshot, Snapshot)
     cache = snapshot.cache_for(EngineKey("m", "0"))
     assert cache is not None
-    assert cache.blocks is None and cache.block_size is None and cache.capacity_tokens is None
+    assert kv_cache_blocks(cache) is None and cache.block_size is None
+    assert kv_cache_capacity_tokens(cache) is None
     assert cache.gpu_memory_utilization is None
 
 
@@ -56,7 +58,7 @@ def test_log_numbers_that_do_not_parse_are_no_facts() -> None:
     # "1.2.3 GiB" matched [0-9.]+ and float() raised ValueError out of the log follower,
     # which the poll did not expect: that poll published glassbox_target_up 0.
     facts = check_log((KEPT / "log" / "numbers-that-are-not-numbers.log").read_bytes())
-    assert facts.weights_bytes is None
+    assert facts.weights_by_rank == {}
     assert facts.kv_cache_memory_bytes is None
     assert facts.max_concurrency is None and facts.weights_load_seconds is None
 
@@ -67,5 +69,5 @@ def test_log_numbers_of_thousands_of_digits_are_no_facts() -> None:
     facts = check_log((KEPT / "log" / "numbers-with-thousands-of-digits.log").read_bytes())
     assert facts.kv_cache_tokens is None
     assert facts.kv_cache_memory_bytes is None
-    assert facts.weights_bytes is None
+    assert facts.weights_by_rank == {}
     assert facts.vllm_version is not None and len(facts.vllm_version) <= 64

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import http.server
 import itertools
-import operator
 import re
 import shutil
 import subprocess
@@ -27,7 +26,7 @@ import promql_parser
 import pytest
 import yaml
 from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.derive import Increase, increase_between
+from vllm_glassbox.exporter.derive import Increase, engines_together, increase_between
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.exporter.textformat import parse_samples
@@ -484,7 +483,7 @@ def core_increases(scenario: Scenario) -> dict[tuple[str, str], Increase]:
     by_model: dict[tuple[str, str], list[Increase]] = {}
     for (job, key), increase in core_engine_increases(scenario).items():
         by_model.setdefault((job, key.model_name), []).append(increase)
-    return {k: functools.reduce(operator.add, v) for k, v in by_model.items()}
+    return {k: engines_together(v, RATE_WINDOW_SECONDS) for k, v in by_model.items()}
 
 
 def promtool_series(scenario: Scenario) -> list[dict[str, str]]:

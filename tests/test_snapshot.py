@@ -6,6 +6,7 @@ import re
 
 import pytest
 from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.derive import kv_cache_blocks, kv_cache_capacity_tokens
 from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.exporter.textformat import PageError
 
@@ -61,8 +62,8 @@ def test_v0_11_single_server_page_without_kv_cache_size_tokens() -> None:
     snap = read_snapshot(page("v0.11.0-single/idle.txt"))
     cache = snap.cache["0"]
     assert cache.kv_cache_size_tokens is None
-    assert (cache.block_size, cache.blocks, cache.engines) == (16, 3584, 1)
-    assert cache.capacity_tokens == 3584 * 16
+    assert (cache.block_size, kv_cache_blocks(cache), cache.engines) == (16, 3584, 1)
+    assert kv_cache_capacity_tokens(cache) == 3584 * 16
     assert cache.gpu_memory_utilization == 0.9
     assert cache.kv_cache_memory_bytes is None  # the label is "None" when not set
     assert snap.process_start_time == 1759665505.0
@@ -102,8 +103,8 @@ def test_data_parallel_page_divides_the_summed_blocks_among_engines() -> None:
     for engine in ("0", "1"):
         cache = snap.cache[engine]
         assert cache.num_gpu_blocks_total == 7168  # vLLM labels every engine with the sum
-        assert cache.blocks == 3584
-        assert cache.capacity_tokens == 3584 * 16
+        assert kv_cache_blocks(cache) == 3584
+        assert kv_cache_capacity_tokens(cache) == 3584 * 16
     # Engine 0 served two requests, engine 1 three (256 tokens each).
     assert snap.engines[EngineKey(AWQ, "0")].counters[s.GENERATION_TOKENS] == 2 * 256
     assert snap.engines[EngineKey(AWQ, "1")].counters[s.GENERATION_TOKENS] == 3 * 256
@@ -118,28 +119,32 @@ def test_grown_page_has_per_engine_capacity_from_kv_cache_size_tokens() -> None:
         cache = grown.cache_for(key)
         assert cache is not None
         assert cache.num_gpu_blocks_total == 8 * 32
-        assert (cache.blocks, cache.capacity_tokens) == (32, 4096)
+        assert (kv_cache_blocks(cache), kv_cache_capacity_tokens(cache)) == (32, 4096)
 
 
 def test_capacity_prefers_kv_cache_size_tokens_over_blocks_times_block_size() -> None:
     text = page("cpu-0.32/spec-idle.txt")
     cache = read_snapshot(text).cache["0"]
-    assert (cache.blocks, cache.block_size, cache.kv_cache_size_tokens) == (32, 128, 4096)
+    assert (kv_cache_blocks(cache), cache.block_size, cache.kv_cache_size_tokens) == (32, 128, 4096)
     # A hybrid model's pool holds fewer tokens than blocks × block_size: the label wins.
     hybrid = read_snapshot(
         text.replace('kv_cache_size_tokens="4096"', 'kv_cache_size_tokens="3072"')
     )
-    assert hybrid.cache["0"].capacity_tokens == 3072
+    assert kv_cache_capacity_tokens(hybrid.cache["0"]) == 3072
     # Before v0.24 there is no such label: blocks × block_size.
     older = read_snapshot(re.sub(r'kv_cache_size_tokens="\d+",', "", text))
     assert older.cache["0"].kv_cache_size_tokens is None
-    assert older.cache["0"].capacity_tokens == 32 * 128
+    assert kv_cache_capacity_tokens(older.cache["0"]) == 32 * 128
 
 
 def test_captured_cache_config_and_process_start() -> None:
     snap = read_snapshot(page("cpu-0.32/plain-idle.txt"))
     cache = snap.cache["0"]
-    assert (cache.blocks, cache.block_size, cache.capacity_tokens) == (128, 128, 16384)
+    assert (kv_cache_blocks(cache), cache.block_size, kv_cache_capacity_tokens(cache)) == (
+        128,
+        128,
+        16384,
+    )
     assert cache.kv_cache_memory_bytes == 33554432
     assert snap.process_start_time is not None and snap.process_start_time > 1.7e9
 

@@ -6,9 +6,16 @@ import os
 from pathlib import Path
 
 import pytest
+from vllm_glassbox.exporter.model import resolve_layout, resolve_weights
 from vllm_glassbox.exporter.startup_log import GIB, LogFollower, StartupFacts, read_facts
 
 from tests.fixtures import log
+
+
+def whole_model(facts: StartupFacts) -> float | None:
+    """The whole model's weights the log gives, by the exporter's and the lab's ranking."""
+    weights = resolve_weights(None, facts, None, resolve_layout(facts))
+    return None if weights is None else weights.bytes
 
 
 def test_real_cpu_log_has_kv_tokens_and_concurrency_but_no_weights_line() -> None:
@@ -18,7 +25,7 @@ def test_real_cpu_log_has_kv_tokens_and_concurrency_but_no_weights_line() -> Non
     # --kv-cache-memory-bytes 33554432 at 2,048 bytes per token of the tiny model.
     assert facts.kv_cache_tokens == 16384
     assert (facts.max_model_len, facts.max_concurrency) == (2048, 8.0)
-    assert facts.weights_bytes is None  # the CPU build never logs "Model loading took"
+    assert whole_model(facts) is None  # the CPU build never logs "Model loading took"
     assert facts.weights_load_seconds is not None and facts.weights_load_seconds < 60
 
 
@@ -28,7 +35,7 @@ def test_real_cpu_log_of_the_small_pool() -> None:
     assert (facts.max_model_len, facts.max_concurrency) == (2048, 2.0)
 
 
-def test_v0_11_ansi_prefix_and_one_weights_line_per_tp_rank_are_summed() -> None:
+def test_v0_11_ansi_prefix_and_one_weights_line_per_tp_rank_make_the_whole_model() -> None:
     text = log("v0.11.0-tp2.log")
     assert "\x1b[1;36m(Worker_TP1 pid=421)\x1b[0;0m" in text
     facts = read_facts(text)
@@ -37,7 +44,8 @@ def test_v0_11_ansi_prefix_and_one_weights_line_per_tp_rank_are_summed() -> None
         "Worker_TP0:420": 2.6037 * GIB,
         "Worker_TP1:421": 2.6037 * GIB,
     }
-    assert facts.weights_bytes == pytest.approx(2 * 2.6037 * GIB)  # AWQ 7B over TP=2
+    assert facts.tensor_parallel == 2
+    assert whole_model(facts) == pytest.approx(2 * 2.6037 * GIB)  # AWQ 7B over TP=2
     assert facts.model_load_seconds == 4.118342
     assert facts.kv_cache_memory_bytes == pytest.approx(35.07 * GIB)
     assert facts.kv_cache_tokens == 1_313_328
@@ -47,7 +55,7 @@ def test_v0_11_ansi_prefix_and_one_weights_line_per_tp_rank_are_summed() -> None
 
 def test_v0_13_gib_memory_format() -> None:
     facts = read_facts(log("v0.13.0.log"))
-    assert facts.weights_bytes == pytest.approx(5.2073 * GIB)
+    assert whole_model(facts) == pytest.approx(5.2073 * GIB)
     assert facts.model_load_seconds == 2.901173
     assert facts.kv_cache_memory_bytes == pytest.approx(34.12 * GIB)
     assert (facts.kv_cache_tokens, facts.max_concurrency) == (638_880, 19.50)
@@ -55,7 +63,7 @@ def test_v0_13_gib_memory_format() -> None:
 
 def test_v0_14_rounded_gib_format() -> None:
     facts = read_facts(log("v0.14.0.log"))
-    assert facts.weights_bytes == pytest.approx(5.21 * GIB)
+    assert whole_model(facts) == pytest.approx(5.21 * GIB)
     assert facts.kv_cache_memory_bytes == pytest.approx(34.1 * GIB)
     assert (facts.kv_cache_tokens, facts.max_model_len, facts.max_concurrency) == (
         638_496,
@@ -75,7 +83,7 @@ def test_merged_kv_size_and_concurrency_line(
     assert facts.vllm_version == version
     assert facts.kv_cache_tokens == tokens
     assert (facts.max_model_len, facts.max_concurrency) == (32768, concurrency)
-    assert facts.weights_bytes == pytest.approx(5.21 * GIB)
+    assert whole_model(facts) == pytest.approx(5.21 * GIB)
 
 
 def test_restart_in_the_log_keeps_only_the_latest_startup() -> None:
@@ -84,7 +92,7 @@ def test_restart_in_the_log_keeps_only_the_latest_startup() -> None:
     assert facts.kv_cache_tokens == 66_672
     assert facts.kv_cache_memory_bytes == pytest.approx(3.56 * GIB)
     assert facts.model_load_seconds == 2.731021
-    assert facts.weights_bytes == pytest.approx(5.21 * GIB)  # not 2 × 5.21
+    assert whole_model(facts) == pytest.approx(5.21 * GIB)  # not 2 × 5.21
 
 
 def test_a_new_startup_clears_facts_until_the_new_ones_are_logged() -> None:
@@ -94,14 +102,14 @@ def test_a_new_startup_clears_facts_until_the_new_ones_are_logged() -> None:
     restarted = facts.feed(text.splitlines()[0])  # the server-version line again
     assert restarted.startups == 2
     assert restarted.kv_cache_tokens is None
-    assert restarted.weights_bytes is None
+    assert whole_model(restarted) is None
     assert restarted.kv_cache_memory_bytes is None
 
 
 def test_the_same_rank_loading_weights_again_is_a_restart() -> None:
     line = "(EngineCore_DP0 pid=7) INFO 01-01 00:00:00 [x.py:1] Model loading took 2 GiB memory"
     facts = read_facts("\n".join([line, "... GPU KV cache size: 1,024 tokens", line]))
-    assert facts.weights_bytes == 2 * GIB
+    assert whole_model(facts) == 2 * GIB
     assert facts.kv_cache_tokens is None
     assert facts.startups == 2
 
@@ -220,3 +228,100 @@ def test_follower_drops_a_runaway_line_and_keeps_going(tmp_path: Path) -> None:
     follower.poll()
     _append(path, "\n" + log("v0.14.0.log"))
     assert follower.poll().kv_cache_tokens == 638_496
+
+
+# --- the parallel layout and who logs the weights ------------------------------------------
+
+
+def test_v0_11_data_parallel_engines_each_log_a_full_copy_counted_once() -> None:
+    facts = read_facts(log("v0.11.0-dp2.log"))
+    assert (facts.tensor_parallel, facts.pipeline_parallel, facts.data_parallel) == (1, 1, 2)
+    assert facts.weights_by_engine() == {0: [14.9935 * GIB], 1: [14.9935 * GIB]}
+    assert whole_model(facts) == pytest.approx(14.9935 * GIB)  # summing every line: 29.99
+
+
+def test_real_cuda_tp2_log_has_one_ranks_shard_scaled_to_the_whole_model() -> None:
+    # vLLM 0.24.0 on 2 × H200: only Worker_TP0 logs "Model loading took 7.16 GiB memory".
+    facts = read_facts(log("cuda-0.24.0-tp2.log"))
+    assert facts.vllm_version == "0.24.0"
+    assert facts.weights_by_rank == {"Worker_TP0:985": 7.16 * GIB}
+    assert (facts.tensor_parallel, facts.pipeline_parallel, facts.data_parallel) == (2, 1, 1)
+    assert facts.model_dtype == "bfloat16"
+    assert whole_model(facts) == pytest.approx(14.32 * GIB)  # the line alone: 7.16
+    assert facts.kv_cache_tokens == 4_431_184
+    assert facts.kv_cache_memory_bytes == pytest.approx(118.33 * GIB)
+
+
+def test_v0_13_tp4_logs_one_shard_of_four() -> None:
+    facts = read_facts(log("v0.13.0-tp4.log"))
+    assert len(facts.weights_by_rank) == 1
+    assert facts.tensor_parallel == 4
+    assert whole_model(facts) == pytest.approx(4 * 32.8571 * GIB)  # the line alone: a quarter
+
+
+def test_real_cpu_tp2_log_states_the_layout() -> None:
+    facts = read_facts(log("cpu-0.32-tp2-startup.log"))
+    assert (facts.tensor_parallel, facts.pipeline_parallel, facts.data_parallel) == (2, 1, 1)
+    assert whole_model(facts) is None  # the CPU build logs no weights, whatever the layout
+    # Each rank holds half the KV heads: the same 32 MiB per rank hold twice the tokens.
+    assert facts.kv_cache_tokens == 32_768
+
+
+@pytest.mark.parametrize(
+    ("line", "layout", "dtype"),
+    [
+        (  # V0 (0.6): no data-parallel size in the line
+            "INFO 10-17 08:00:01 [llm_engine.py:237] Initializing an LLM engine (v0.6.3.post1) "
+            "with config: model='m', speculative_config=None, tokenizer='m', dtype=torch.float16, "
+            "max_seq_len=4096, download_dir=None, load_format=LoadFormat.AUTO, "
+            "tensor_parallel_size=4, pipeline_parallel_size=2, disable_custom_all_reduce=False",
+            (4, 2, None),
+            "float16",
+        ),
+        (  # V0 (0.4): no pipeline-parallel size either
+            "INFO 05-01 08:00:01 [llm_engine.py:100] Initializing an LLM engine (v0.4.2) with "
+            "config: model='m', dtype=torch.float32, tensor_parallel_size=2, "
+            "disable_custom_all_reduce=False",
+            (2, None, None),
+            "float32",
+        ),
+        (  # V1, with the context-parallel size that must not be read as another one
+            "(EngineCore_DP0 pid=9) INFO 01-01 00:00:00 [core.py:93] Initializing a V1 LLM "
+            "engine (v0.13.0) with config: model='m', dtype=torch.bfloat16, kv_cache_dtype=auto, "
+            "tensor_parallel_size=8, pipeline_parallel_size=1, data_parallel_size=4, "
+            "decode_context_parallel_size=2, quantization=None",
+            (8, 1, 4),
+            "bfloat16",
+        ),
+    ],
+    ids=["v0.6", "v0.4", "v1"],
+)
+def test_engine_config_line_of_every_version(
+    line: str, layout: tuple[int | None, ...], dtype: str
+) -> None:
+    facts = StartupFacts().feed(line)
+    assert (facts.tensor_parallel, facts.pipeline_parallel, facts.data_parallel) == layout
+    assert facts.model_dtype == dtype
+
+
+def test_a_restart_found_by_weights_keeps_the_layout_logged_before_them() -> None:
+    config = (
+        "(EngineCore_DP0 pid=7) INFO 01-01 00:00:00 [core.py:93] Initializing a V1 LLM engine "
+        "(v0.13.0) with config: model='m', tensor_parallel_size=2, pipeline_parallel_size=1, "
+        "data_parallel_size=1"
+    )
+    loaded = "(Worker_TP0 pid=8) INFO 01-01 00:00:00 [x.py:1] Model loading took 3 GiB memory"
+    facts = read_facts("\n".join([config, loaded, config, loaded]))
+    assert facts.startups == 2
+    assert facts.tensor_parallel == 2
+    assert whole_model(facts) == 6 * GIB
+
+
+def test_real_cpu_dp2_log_says_one_per_engine_the_page_says_two() -> None:
+    # Dense data-parallel engines run independently: each logs data_parallel_size=1.
+    facts = read_facts(log("cpu-0.32-dp2-startup.log"))
+    assert (facts.tensor_parallel, facts.pipeline_parallel, facts.data_parallel) == (1, 1, 1)
+    assert resolve_layout(facts, engines=2).data == 2
+    assert resolve_layout(facts).data == 1
+    assert resolve_layout(facts, tensor_flag=4, pipeline_flag=2).shards == 8
+    assert facts.kv_cache_tokens == 16_384  # each engine its own pool

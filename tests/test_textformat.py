@@ -24,7 +24,8 @@ def _reference(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]
 
 
 def test_fixture_set_covers_captured_and_synthesized_pages() -> None:
-    assert len([p for p in ALL_PAGES if p.startswith("cpu-0.32/")]) == 8
+    assert len([p for p in ALL_PAGES if p.startswith("cpu-0.32/")]) == 12
+    assert len([p for p in ALL_PAGES if p.startswith("cuda-0.24.0-")]) == 1
     assert len([p for p in ALL_PAGES if p.startswith("v0.11.0-")]) == 6
 
 
@@ -165,3 +166,11 @@ def test_malformed_sample_lines_are_parse_errors(line: str) -> None:
 def test_a_page_error_reason_must_be_a_known_one() -> None:
     with pytest.raises(AssertionError):
         PageError("made_up", "x")
+
+
+@pytest.mark.parametrize("value", ["1_000", "1_0.5", "0x10", "1,5"])
+def test_a_value_prometheus_would_refuse_is_a_parse_error(value: str) -> None:
+    # Python's float() takes "1_000" (it was read as 1000.0); Prometheus' parser does not.
+    with pytest.raises(PageError) as info:
+        parse_samples(f"{GEN} {value}\n", [GEN])
+    assert info.value.reason == "parse"
