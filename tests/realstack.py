@@ -11,6 +11,11 @@ workload is fixed and runs before any test looks at the data:
   phase "flood"  concurrent long requests on a 4,096-token pool: the pool fills,
                  requests wait, vLLM preempts.
 
+Besides the exporter that Prometheus scrapes, a second exporter core polls vLLM four
+times a second through the workload and keeps what each poll published
+(`RealStack.fine_polls`): how the KV headroom moves from one scheduler step to the next is
+faster than a one-second scrape can follow.
+
 Prometheus scrapes vLLM and the exporter every second and evaluates every rule file in
 alerts/ every second.
 """
@@ -46,6 +51,23 @@ SPEC_QUIET_SECONDS = 12.0
 # drafts are accepted and the flood stays short on two CPU cores.
 FLOOD_REQUESTS = 12
 FLOOD_MAX_TOKENS = 600
+FINE_POLL_SECONDS = 0.25
+# What the fine-grained exporter keeps of each poll (the per-engine series).
+FINE_POLL_SERIES = frozenset(
+    {
+        "glassbox_kv_cache_used_tokens",
+        "glassbox_kv_cache_free_tokens",
+        "glassbox_kv_cache_headroom_requests",
+        "glassbox_kv_cache_exhaustion_seconds",
+        "glassbox_preemptions_per_second",
+    }
+)
+
+
+@dataclass(frozen=True)
+class FinePoll:
+    at: float  # unix seconds the poll started
+    values: dict[str, float]  # FINE_POLL_SERIES it published, of the one engine
 
 
 @dataclass
@@ -56,6 +78,7 @@ class RealStack:
     model_dir: Path
     served_model_name: str
     times: dict[str, float] = field(default_factory=dict)  # unix seconds of phase edges
+    fine_polls: list[FinePoll] = field(default_factory=list)
 
     @property
     def spec_compare_at(self) -> float:
@@ -127,6 +150,34 @@ def _wait_scraped(stack: RealStack, jobs: set[str], timeout_seconds: float = 60.
     raise RuntimeError(f"Prometheus has not scraped {sorted(jobs)} after {timeout_seconds}s")
 
 
+def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> None:
+    """The exporter's core polling every FINE_POLL_SECONDS, each publication kept."""
+    poller = Poller(
+        ExporterConfig(
+            target=vllm_url,
+            interval_seconds=FINE_POLL_SECONDS,
+            window_seconds=EXPORTER_WINDOW_SECONDS,
+            timeout_seconds=0.9,
+        )
+    )
+    next_at = time.monotonic()
+    try:
+        while not stop.is_set():
+            at = time.time()
+            poller.poll_once()
+            values = {
+                sample.name: sample.value
+                for family in poller.published
+                for sample in family.samples
+                if sample.name in FINE_POLL_SERIES
+            }
+            out.append(FinePoll(at, values))
+            next_at = max(next_at + FINE_POLL_SECONDS, time.monotonic())
+            stop.wait(next_at - time.monotonic())
+    finally:
+        poller.fetcher.close()
+
+
 @contextlib.contextmanager
 def real_stack(workdir: Path) -> Iterator[RealStack]:
     if shutil.which("prometheus") is None:
@@ -151,8 +202,10 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
     )
     stop = threading.Event()
     prometheus: subprocess.Popen[bytes] | None = None
+    launched = time.time()
     with vllm:
         vllm.wait_ready()
+        ready = time.time()
         poller = Poller(
             ExporterConfig(
                 target=vllm.url,
@@ -199,10 +252,20 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
                 model_dir,
                 "tiny",
             )
+            stack.times.update(vllm_launch=launched, vllm_ready=ready)
             _wait_http(stack.prometheus_url + "/-/ready")
             _wait_scraped(stack, {"vllm", "glassbox"})
             time.sleep(3)  # a few scrapes of the idle server first
-            _run_workload(stack)
+            fine_stop = threading.Event()
+            fine = threading.Thread(
+                target=_poll_finely, args=(vllm.url, stack.fine_polls, fine_stop), daemon=True
+            )
+            fine.start()
+            try:
+                _run_workload(stack)
+            finally:
+                fine_stop.set()
+                fine.join(timeout=5)
             yield stack
         finally:
             stop.set()

@@ -1,0 +1,102 @@
+"""Cold start and KV headroom on the real stack: vLLM's CPU build started once for the
+session (tests/realstack.py), its log followed by the exporter, Prometheus scraping both
+every second while the spec phase runs and the flood overflows the 4,096-token pool.
+
+Times on the exporter's side are compared with each other only: a headroom sample and a
+preemption rate published by the same poll share its clock, so the order of the two is
+the order the exporter saw, whatever Prometheus' scrape adds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter.startup_log import read_cold_starts
+
+from tests.realstack import RealStack
+
+pytestmark = pytest.mark.vllm
+
+
+def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_preemption(
+    stack: RealStack,
+) -> None:
+    """On the exporter's polls every 0.25 s (RealStack.fine_polls): the poll that first
+    sees a preemption is preceded by polls with no headroom and by exhaustion forecasts."""
+    t = stack.times
+    flood = [p for p in stack.fine_polls if t["flood_start"] <= p.at <= t["flood_end"]]
+    preempted = [p for p in flood if p.values.get("glassbox_preemptions_per_second", 0) > 0]
+    assert preempted, "the flood is meant to preempt"
+    first_seen = preempted[0].at
+    before = [p for p in flood if p.at < first_seen]
+    last_clear = before[-1].at  # the preemption happened between this poll and the next
+    no_headroom = [p.at for p in before if p.values.get("glassbox_kv_cache_headroom_requests") == 0]
+    forecasts = [p for p in before if "glassbox_kv_cache_exhaustion_seconds" in p.values]
+    print(
+        f"\nflood: {len(flood)} polls; the first preemption between "
+        f"{last_clear - t['flood_start']:.2f} s and {first_seen - t['flood_start']:.2f} s "
+        "into the flood"
+    )
+    for p in before[-12:]:
+        v = p.values
+        print(
+            f"  {p.at - first_seen:+.2f} s: used {v.get('glassbox_kv_cache_used_tokens', 0):.0f}, "
+            f"headroom {v.get('glassbox_kv_cache_headroom_requests')}, full in "
+            f"{v.get('glassbox_kv_cache_exhaustion_seconds', math.nan):.1f} s"
+        )
+    assert no_headroom, "headroom never reached 0 before the first preemption"
+    assert forecasts, "no exhaustion forecast before the first preemption"
+    print(
+        f"lead before the first preemption: headroom 0 from {last_clear - no_headroom[0]:.2f}"
+        f"–{first_seen - no_headroom[0]:.2f} s, exhaustion forecast from "
+        f"{last_clear - forecasts[0].at:.2f}–{first_seen - forecasts[0].at:.2f} s"
+    )
+    assert forecasts[0].at <= no_headroom[0]  # the forecast comes first
+    # As operators see it: Prometheus' one-second scrapes of the stack's exporter.
+    model = f'model_name="{stack.served_model_name}"'
+    scraped = stack.query_range(
+        f"glassbox_kv_cache_headroom_requests{{{model}}} == 0", t["flood_start"], first_seen
+    )
+    print(f"headroom 0 in Prometheus before the first preemption: {bool(scraped)}")
+
+
+def test_the_real_start_is_read_stage_by_stage_from_vllms_log(stack: RealStack) -> None:
+    [cold] = read_cold_starts(stack.vllm.log_text())
+    stages = derive.startup_stages(cold)
+    model = f'model_name="{stack.served_model_name}"'
+    at = stack.times["flood_end"]
+    published = {
+        r["metric"]["stage"]: float(r["value"][1])
+        for r in stack.query(f"glassbox_startup_stage_seconds{{{model}}}", at=at)
+    }
+    print(f"\nCPU build start by stage: {published}; total {stages.total} s")
+    # --enforce-eager on the CPU build: no torch.compile total and no graph capture logged.
+    assert published == pytest.approx(stages.by_stage())
+    assert set(published) == {"weights_load", "engine_init", "other"}
+    [(labels, total)] = [
+        (r["metric"], float(r["value"][1]))
+        for r in stack.query(f"glassbox_startup_seconds{{{model}}}", at=at)
+    ]
+    assert labels["start"] == str(cold.started_at) and total == stages.total
+    # The log's clock against the test's: launch to /health answering includes the Python
+    # imports before vLLM's first line and up to one readiness poll after its last.
+    wall = stack.times["vllm_ready"] - stack.times["vllm_launch"]
+    print(f"launch to /health {wall:.1f} s; the log's process start to ready {total:.0f} s")
+    assert 0 < total <= wall + 1
+    rate = stack.query(f"glassbox_model_load_bytes_per_second{{{model}}}", at=at)
+    weights = stack.query("glassbox_model_weights_bytes", at=at)
+    assert float(rate[0]["value"][1]) == pytest.approx(
+        float(weights[0]["value"][1]) / published["weights_load"]
+    )
+
+
+def test_the_first_request_after_the_start_pays_the_ngram_jit(stack: RealStack) -> None:
+    model = f'model_name="{stack.served_model_name}"'
+    at = stack.spec_compare_at
+    [first] = stack.query(f"glassbox_first_request_prefill_seconds{{{model}}}", at=at)
+    [warm] = stack.query(f"glassbox_warm_request_prefill_seconds{{{model}}}", at=at)
+    cold, hot = float(first["value"][1]), float(warm["value"][1])
+    print(f"\nfirst request's prefill {cold:.3f} s, warm mean {hot:.3f} s")
+    assert cold > 5 * hot
