@@ -10,11 +10,11 @@ workload is fixed and runs before any test looks at the data:
                  `spec_compare_at` (end of spec + a few seconds).
   phase "flood"  concurrent long requests on a 4,096-token pool: the pool fills,
                  requests wait, vLLM preempts.
-
-Besides the exporter that Prometheus scrapes, a second exporter core polls vLLM four
-times a second through the workload and keeps what each poll published
-(`RealStack.fine_polls`): how the KV headroom moves from one scheduler step to the next is
-faster than a one-second scrape can follow.
+  phase "fill"   FILL_REQUESTS sampled requests that would outgrow the pool, one token
+                 per step each, until vLLM preempts (then they are cancelled): the pool
+                 fills slowly enough to watch the KV headroom run out. A second exporter
+                 core, started with the phase, polls vLLM every FINE_POLL_SECONDS and keeps
+                 what each poll published (`RealStack.fine_polls`).
 
 Prometheus scrapes vLLM and the exporter every second and evaluates every rule file in
 alerts/ every second.
@@ -51,6 +51,10 @@ SPEC_QUIET_SECONDS = 12.0
 # drafts are accepted and the flood stays short on two CPU cores.
 FLOOD_REQUESTS = 12
 FLOOD_MAX_TOKENS = 600
+# 4 requests of up to 2,012 tokens need 8,048: the pool overflows. Sampled at 0.7 the
+# random model's ngram drafts are rejected, so each request grows one token per step.
+FILL_REQUESTS = 4
+FILL_MAX_TOKENS = 2000
 FINE_POLL_SECONDS = 0.25
 # What the fine-grained exporter keeps of each poll (the per-engine series).
 FINE_POLL_SERIES = frozenset(
@@ -151,7 +155,8 @@ def _wait_scraped(stack: RealStack, jobs: set[str], timeout_seconds: float = 60.
 
 
 def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> None:
-    """The exporter's core polling every FINE_POLL_SECONDS, each publication kept."""
+    """A fresh exporter core polling every FINE_POLL_SECONDS, each publication kept (its
+    window starts with it: rates and growth count from then on)."""
     poller = Poller(
         ExporterConfig(
             target=vllm_url,
@@ -256,16 +261,8 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
             _wait_http(stack.prometheus_url + "/-/ready")
             _wait_scraped(stack, {"vllm", "glassbox"})
             time.sleep(3)  # a few scrapes of the idle server first
-            fine_stop = threading.Event()
-            fine = threading.Thread(
-                target=_poll_finely, args=(vllm.url, stack.fine_polls, fine_stop), daemon=True
-            )
-            fine.start()
-            try:
-                _run_workload(stack)
-            finally:
-                fine_stop.set()
-                fine.join(timeout=5)
+            _run_workload(stack)
+            _fill_until_preempted(stack)
             yield stack
         finally:
             stop.set()
@@ -310,3 +307,63 @@ def _run_workload(stack: RealStack) -> None:
             f.result()
     t["flood_end"] = time.time()
     time.sleep(3)  # let Prometheus scrape the end state
+
+
+def _stream_until(url: str, model: str, prompt: str, stop: threading.Event) -> None:
+    """A streamed, sampled completion, read until `stop`; closing it cancels it in vLLM."""
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": FILL_MAX_TOKENS,
+        "temperature": 0.7,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        for _ in r.iter_lines():
+            if stop.is_set():
+                return
+
+
+def _fill_until_preempted(stack: RealStack, deadline_seconds: float = 600.0) -> None:
+    t = stack.times
+    time.sleep(3)  # the flood's last scrapes
+    poll_stop, requests_stop = threading.Event(), threading.Event()
+    poller = threading.Thread(
+        target=_poll_finely, args=(stack.vllm.url, stack.fine_polls, poll_stop), daemon=True
+    )
+    t["fill_start"] = time.time()
+    poller.start()
+    clients = [
+        threading.Thread(
+            target=_stream_until,
+            args=(
+                stack.vllm.url,
+                stack.served_model_name,
+                f"Write an extremely long and detailed essay, number {i}.",
+                requests_stop,
+            ),
+            daemon=True,
+        )
+        for i in range(FILL_REQUESTS)
+    ]
+    try:
+        for client in clients:
+            client.start()
+        deadline = time.monotonic() + deadline_seconds  # a hang, not a measurement
+        while not any(
+            p.values.get("glassbox_preemptions_per_second", 0) > 0 for p in stack.fine_polls
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the fill phase never made vLLM preempt")
+            if not any(client.is_alive() for client in clients):
+                raise RuntimeError("the fill requests ended before vLLM preempted")
+            time.sleep(FINE_POLL_SECONDS)
+    finally:
+        requests_stop.set()
+        for client in clients:
+            client.join(timeout=30)
+        poll_stop.set()
+        poller.join(timeout=5)
+    t["fill_end"] = time.time()

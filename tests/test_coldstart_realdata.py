@@ -23,43 +23,60 @@ pytestmark = pytest.mark.vllm
 def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_preemption(
     stack: RealStack,
 ) -> None:
-    """On the exporter's polls every 0.25 s (RealStack.fine_polls): the poll that first
-    sees a preemption is preceded by polls with no headroom and by exhaustion forecasts."""
-    t = stack.times
-    flood = [p for p in stack.fine_polls if t["flood_start"] <= p.at <= t["flood_end"]]
-    preempted = [p for p in flood if p.values.get("glassbox_preemptions_per_second", 0) > 0]
-    assert preempted, "the flood is meant to preempt"
+    """The fill phase, on an exporter core polling every 0.25 s (RealStack.fine_polls):
+    the poll that first sees a preemption is preceded by polls with no headroom left, and
+    by exhaustion forecasts before those."""
+    polls = stack.fine_polls
+    preempted = [p for p in polls if p.values.get("glassbox_preemptions_per_second", 0) > 0]
+    assert preempted, "the fill phase ends at vLLM's first preemption"
     first_seen = preempted[0].at
-    before = [p for p in flood if p.at < first_seen]
+    before = [p for p in polls if p.at < first_seen]
     last_clear = before[-1].at  # the preemption happened between this poll and the next
-    no_headroom = [p.at for p in before if p.values.get("glassbox_kv_cache_headroom_requests") == 0]
-    forecasts = [p for p in before if "glassbox_kv_cache_exhaustion_seconds" in p.values]
+    headroom_gone = [
+        p.at for p in before if p.values.get("glassbox_kv_cache_headroom_requests") == 0
+    ]
+    forecasts = [p.at for p in before if "glassbox_kv_cache_exhaustion_seconds" in p.values]
     print(
-        f"\nflood: {len(flood)} polls; the first preemption between "
-        f"{last_clear - t['flood_start']:.2f} s and {first_seen - t['flood_start']:.2f} s "
-        "into the flood"
+        f"\nfill: {len(before)} polls before the first preemption, which came "
+        f"{last_clear - stack.times['fill_start']:.1f}–{first_seen - stack.times['fill_start']:.1f}"
+        " s into the phase"
     )
-    for p in before[-12:]:
+    shown = [p for p in before if p.at >= (headroom_gone or [first_seen])[0] - 3]
+    for p in shown[:: max(1, len(shown) // 16)]:
         v = p.values
         print(
-            f"  {p.at - first_seen:+.2f} s: used {v.get('glassbox_kv_cache_used_tokens', 0):.0f}, "
-            f"headroom {v.get('glassbox_kv_cache_headroom_requests')}, full in "
-            f"{v.get('glassbox_kv_cache_exhaustion_seconds', math.nan):.1f} s"
+            f"  {p.at - first_seen:+6.2f} s: used {v.get('glassbox_kv_cache_used_tokens', -1):5.0f}"
+            f" free {v.get('glassbox_kv_cache_free_tokens', -1):5.0f}"
+            f" headroom {v.get('glassbox_kv_cache_headroom_requests')}"
+            f" full in {v.get('glassbox_kv_cache_exhaustion_seconds', math.nan):6.1f} s"
         )
-    assert no_headroom, "headroom never reached 0 before the first preemption"
+    assert headroom_gone, "the headroom never reached 0 before the first preemption"
     assert forecasts, "no exhaustion forecast before the first preemption"
     print(
-        f"lead before the first preemption: headroom 0 from {last_clear - no_headroom[0]:.2f}"
-        f"–{first_seen - no_headroom[0]:.2f} s, exhaustion forecast from "
-        f"{last_clear - forecasts[0].at:.2f}–{first_seen - forecasts[0].at:.2f} s"
+        "lead before the first preemption: headroom 0 from "
+        f"{last_clear - headroom_gone[0]:.1f}–{first_seen - headroom_gone[0]:.1f} s, "
+        f"exhaustion forecast from {last_clear - forecasts[0]:.1f}–"
+        f"{first_seen - forecasts[0]:.1f} s"
     )
-    assert forecasts[0].at <= no_headroom[0]  # the forecast comes first
-    # As operators see it: Prometheus' one-second scrapes of the stack's exporter.
+    assert forecasts[0] < headroom_gone[0]  # the forecast comes first
+
+
+def test_the_flood_as_prometheus_saw_it(stack: RealStack) -> None:
+    """The fast flood on the stack's exporter (one poll, one scrape a second): the pool
+    fills in a few seconds, so at this resolution the last headroom before the first
+    preemption is what Prometheus could catch."""
+    t = stack.times
     model = f'model_name="{stack.served_model_name}"'
-    scraped = stack.query_range(
-        f"glassbox_kv_cache_headroom_requests{{{model}}} == 0", t["flood_start"], first_seen
+    start, end = t["flood_start"], t["flood_end"] + 2
+    rate = stack.query_range(f"glassbox_preemptions_per_second{{{model}}} > 0", start, end)
+    assert rate, "the flood preempts"
+    first_seen = float(rate[0]["values"][0][0])
+    headroom = stack.query_range(
+        f"last_over_time(glassbox_kv_cache_headroom_requests{{{model}}}[1s])", start, first_seen
     )
-    print(f"headroom 0 in Prometheus before the first preemption: {bool(scraped)}")
+    values = [float(v) for _, v in headroom[0]["values"]] if headroom else []
+    print(f"\nflood: headroom in the scrapes before the first preemption: {values}")
+    assert values and values[-1] < values[0]  # it was falling
 
 
 def test_the_real_start_is_read_stage_by_stage_from_vllms_log(stack: RealStack) -> None:
