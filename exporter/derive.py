@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from . import snapshot as s
-from .startup_log import ColdStart
+from .startup_log import ColdStart, read_cold_starts
 
 
 def counter_increase(before: float, after: float) -> float:
@@ -280,6 +280,12 @@ def startup_stages(cold: ColdStart) -> StartupStages:
         logged = (weights_load or 0.0) + (compile_ or 0.0) + (graphs or 0.0) + (engine_init or 0.0)
         other = max(total - logged, 0.0)
     return StartupStages(weights_load, compile_, graphs, engine_init, other, total)
+
+
+def latest_startup_stages(log_text: str) -> StartupStages | None:
+    """The stages of the last start in a server's log (the lab's per-variant figures)."""
+    starts = read_cold_starts(log_text)
+    return startup_stages(starts[-1]) if starts else None
 
 
 def model_load_bytes_per_second(

@@ -13,10 +13,10 @@ workload is fixed and runs before any test looks at the data:
   phase "flood"  concurrent long requests on a 4,096-token pool: the pool fills,
                  requests wait, vLLM preempts.
   phase "fill"   FILL_REQUESTS sampled requests that would outgrow the pool, one token
-                 per step each, until vLLM preempts (then they are cancelled): the pool
-                 fills slowly enough to watch the KV headroom run out. A second exporter
-                 core, started with the phase, polls vLLM every FINE_POLL_SECONDS and keeps
-                 what each poll published (`RealStack.fine_polls`).
+                 per step each, until vLLM preempts one (then they are cancelled): the
+                 pool fills slowly enough to watch the KV headroom run out. A second
+                 exporter core, started with the phase, polls vLLM every FINE_POLL_SECONDS
+                 and keeps what each poll published (`RealStack.fine_polls`).
 
 Prometheus scrapes vLLM and the exporter every second and evaluates every rule file in
 alerts/ every second.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import math
 import shutil
 import subprocess
 import threading
@@ -37,7 +38,10 @@ from typing import Any
 
 import httpx
 import yaml
+from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
+from vllm_glassbox.exporter.snapshot import read_snapshot
+from vllm_glassbox.exporter.textformat import PageError
 from vllm_glassbox.lab.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
@@ -59,6 +63,7 @@ FILL_REQUESTS = 4
 FILL_MAX_TOKENS = 2000
 FINE_POLL_SECONDS = 0.25
 # What the fine-grained exporter keeps of each poll (the per-engine series).
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 FINE_POLL_SERIES = frozenset(
     {
         "glassbox_kv_cache_used_tokens",
@@ -73,7 +78,7 @@ FINE_POLL_SERIES = frozenset(
 @dataclass(frozen=True)
 class FinePoll:
     at: float  # unix seconds the poll started
-    values: dict[str, float]  # FINE_POLL_SERIES it published, of the one engine
+    values: dict[str, float]  # FINE_POLL_SERIES it published, RUNNING and WAITING
 
 
 @dataclass
@@ -158,7 +163,8 @@ def _wait_scraped(stack: RealStack, jobs: set[str], timeout_seconds: float = 60.
 
 def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> None:
     """A fresh exporter core polling every FINE_POLL_SECONDS, each publication kept (its
-    window starts with it: rates and growth count from then on)."""
+    window starts with it: rates and growth count from then on), with vLLM's running and
+    waiting requests read right after each poll."""
     poller = Poller(
         ExporterConfig(
             target=vllm_url,
@@ -178,11 +184,28 @@ def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> N
                 for sample in family.samples
                 if sample.name in FINE_POLL_SERIES
             }
+            with contextlib.suppress(httpx.HTTPError, PageError):
+                page = read_snapshot(httpx.get(vllm_url + "/metrics", timeout=0.9).text)
+                for sample in page.engines.values():
+                    values[RUNNING] = sample.gauges.get(s.RUNNING, math.nan)
+                    values[WAITING] = sample.gauges.get(s.WAITING, math.nan)
             out.append(FinePoll(at, values))
             next_at = max(next_at + FINE_POLL_SECONDS, time.monotonic())
             stop.wait(next_at - time.monotonic())
     finally:
         poller.fetcher.close()
+
+
+def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
+    """The first poll of the fill phase that shows a request preempted: once every fill
+    request ran, one waits again (vLLM puts a preempted request back in the queue; its
+    num_preemptions_total counts it only when the request runs again)."""
+    all_running = next(
+        (i for i, p in enumerate(polls) if p.values.get(RUNNING) == FILL_REQUESTS), None
+    )
+    if all_running is None:
+        return None
+    return next((p for p in polls[all_running:] if p.values.get(WAITING, 0) > 0), None)
 
 
 def _wait_published(exporter_url: str, name: str, timeout_seconds: float = 60.0) -> None:
@@ -367,9 +390,7 @@ def _fill_until_preempted(stack: RealStack, deadline_seconds: float = 600.0) -> 
         for client in clients:
             client.start()
         deadline = time.monotonic() + deadline_seconds  # a hang, not a measurement
-        while not any(
-            p.values.get("glassbox_preemptions_per_second", 0) > 0 for p in stack.fine_polls
-        ):
+        while first_preemption(stack.fine_polls) is None:
             if time.monotonic() > deadline:
                 raise RuntimeError("the fill phase never made vLLM preempt")
             if not any(client.is_alive() for client in clients):

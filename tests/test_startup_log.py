@@ -361,3 +361,9 @@ def test_follower_keeps_the_latest_start(tmp_path: Path) -> None:
     _append(path, log("v0.11.0-coldstart.log"))
     follower.poll()
     assert derive.startup_stages(follower.cold_start).total == 75.0
+
+
+def test_the_lab_gets_the_last_starts_stages_from_a_whole_log() -> None:
+    stages = derive.latest_startup_stages(log("v0.14.0-restart.log"))
+    assert stages is not None and stages.weights_load == 2.731021  # the second start
+    assert derive.latest_startup_stages("no vLLM here\n") is None
