@@ -197,15 +197,20 @@ def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> N
 
 
 def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
-    """The first poll of the fill phase that shows a request preempted: once every fill
-    request ran, one waits again (vLLM puts a preempted request back in the queue; its
-    num_preemptions_total counts it only when the request runs again)."""
-    all_running = next(
-        (i for i, p in enumerate(polls) if p.values.get(RUNNING) == FILL_REQUESTS), None
+    """The first poll of the fill phase that shows a request preempted: once the fill
+    requests run and none waits, one waits again (vLLM puts a preempted request back in
+    the queue; its num_preemptions_total counts it only when the request runs again)."""
+    admitted = next(
+        (
+            i
+            for i, p in enumerate(polls)
+            if p.values.get(RUNNING, 0) > 0 and p.values.get(WAITING) == 0
+        ),
+        None,
     )
-    if all_running is None:
+    if admitted is None:
         return None
-    return next((p for p in polls[all_running:] if p.values.get(WAITING, 0) > 0), None)
+    return next((p for p in polls[admitted:] if p.values.get(WAITING, 0) > 0), None)
 
 
 def _wait_published(exporter_url: str, name: str, timeout_seconds: float = 60.0) -> None:
@@ -347,7 +352,9 @@ def _run_workload(stack: RealStack) -> None:
     time.sleep(3)  # let Prometheus scrape the end state
 
 
-def _stream_until(url: str, model: str, prompt: str, stop: threading.Event) -> None:
+def _stream_until(
+    url: str, model: str, prompt: str, stop: threading.Event, errors: list[BaseException]
+) -> None:
     """A streamed, sampled completion, read until `stop`; closing it cancels it in vLLM."""
     body = {
         "model": model,
@@ -357,11 +364,14 @@ def _stream_until(url: str, model: str, prompt: str, stop: threading.Event) -> N
         "ignore_eos": True,
         "stream": True,
     }
-    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
-        r.raise_for_status()
-        for _ in r.iter_lines():
-            if stop.is_set():
-                return
+    try:
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+            r.raise_for_status()
+            for _ in r.iter_lines():
+                if stop.is_set():
+                    return
+    except Exception as e:  # reported by the phase
+        errors.append(e)
 
 
 def _fill_until_preempted(stack: RealStack, deadline_seconds: float = 600.0) -> None:
@@ -373,6 +383,7 @@ def _fill_until_preempted(stack: RealStack, deadline_seconds: float = 600.0) -> 
     )
     t["fill_start"] = time.time()
     poller.start()
+    errors: list[BaseException] = []
     clients = [
         threading.Thread(
             target=_stream_until,
@@ -381,6 +392,7 @@ def _fill_until_preempted(stack: RealStack, deadline_seconds: float = 600.0) -> 
                 stack.served_model_name,
                 f"Write an extremely long and detailed essay, number {i}.",
                 requests_stop,
+                errors,
             ),
             daemon=True,
         )
@@ -394,7 +406,11 @@ def _fill_until_preempted(stack: RealStack, deadline_seconds: float = 600.0) -> 
             if time.monotonic() > deadline:
                 raise RuntimeError("the fill phase never made vLLM preempt")
             if not any(client.is_alive() for client in clients):
-                raise RuntimeError("the fill requests ended before vLLM preempted")
+                seen = [(p.values.get(RUNNING), p.values.get(WAITING)) for p in stack.fine_polls]
+                raise RuntimeError(
+                    f"the fill requests ended before vLLM preempted: {errors!r}; "
+                    f"(running, waiting) per poll: {seen}"
+                )
             time.sleep(FINE_POLL_SECONDS)
     finally:
         requests_stop.set()
