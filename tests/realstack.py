@@ -29,6 +29,8 @@ import contextlib
 import math
 import shutil
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -41,7 +43,6 @@ import yaml
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
 from vllm_glassbox.exporter.snapshot import read_snapshot
-from vllm_glassbox.exporter.textformat import PageError
 from vllm_glassbox.lab.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
@@ -161,10 +162,26 @@ def _wait_scraped(stack: RealStack, jobs: set[str], timeout_seconds: float = 60.
     raise RuntimeError(f"Prometheus has not scraped {sorted(jobs)} after {timeout_seconds}s")
 
 
+class _KeepingPages:
+    """Wraps an exporter core's fetcher and keeps the last /metrics page it read."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.page = inner, ""
+
+    def get_text(self, path: str, *args: Any, **kwargs: Any) -> str:
+        text: str = self.inner.get_text(path, *args, **kwargs)
+        if path == "/metrics":
+            self.page = text
+        return text
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> None:
     """A fresh exporter core polling every FINE_POLL_SECONDS, each publication kept (its
     window starts with it: rates and growth count from then on), with vLLM's running and
-    waiting requests read right after each poll."""
+    waiting requests from the same page."""
     poller = Poller(
         ExporterConfig(
             target=vllm_url,
@@ -173,23 +190,23 @@ def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> N
             timeout_seconds=0.9,
         )
     )
+    pages = _KeepingPages(poller.fetcher)
+    poller.fetcher = pages  # type: ignore[assignment]
     next_at = time.monotonic()
     try:
         while not stop.is_set():
             at = time.time()
-            poller.poll_once()
-            values = {
-                sample.name: sample.value
-                for family in poller.published
-                for sample in family.samples
-                if sample.name in FINE_POLL_SERIES
-            }
-            with contextlib.suppress(httpx.HTTPError, PageError):
-                page = read_snapshot(httpx.get(vllm_url + "/metrics", timeout=0.9).text)
-                for sample in page.engines.values():
+            if poller.poll_once():
+                values = {
+                    sample.name: sample.value
+                    for family in poller.published
+                    for sample in family.samples
+                    if sample.name in FINE_POLL_SERIES
+                }
+                for sample in read_snapshot(pages.page).engines.values():
                     values[RUNNING] = sample.gauges.get(s.RUNNING, math.nan)
                     values[WAITING] = sample.gauges.get(s.WAITING, math.nan)
-            out.append(FinePoll(at, values))
+                out.append(FinePoll(at, values))
             next_at = max(next_at + FINE_POLL_SECONDS, time.monotonic())
             stop.wait(next_at - time.monotonic())
     finally:
@@ -352,70 +369,52 @@ def _run_workload(stack: RealStack) -> None:
     time.sleep(3)  # let Prometheus scrape the end state
 
 
-def _stream_until(
-    url: str, model: str, prompt: str, stop: threading.Event, errors: list[BaseException]
-) -> None:
-    """A streamed, sampled completion, read until `stop`; closing it cancels it in vLLM."""
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": FILL_MAX_TOKENS,
-        "temperature": 0.7,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    try:
-        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
-            r.raise_for_status()
-            for _ in r.iter_lines():
-                if stop.is_set():
-                    return
-    except Exception as e:  # reported by the phase
-        errors.append(e)
-
-
 def _fill_until_preempted(stack: RealStack, deadline_seconds: float = 600.0) -> None:
     t = stack.times
     time.sleep(3)  # the flood's last scrapes
-    poll_stop, requests_stop = threading.Event(), threading.Event()
+    poll_stop = threading.Event()
     poller = threading.Thread(
         target=_poll_finely, args=(stack.vllm.url, stack.fine_polls, poll_stop), daemon=True
     )
     t["fill_start"] = time.time()
     poller.start()
-    errors: list[BaseException] = []
-    clients = [
-        threading.Thread(
-            target=_stream_until,
-            args=(
+    with tempfile.TemporaryFile() as errors:
+        client = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.fill_requests",
                 stack.vllm.url,
                 stack.served_model_name,
-                f"Write an extremely long and detailed essay, number {i}.",
-                requests_stop,
-                errors,
-            ),
-            daemon=True,
+                str(FILL_REQUESTS),
+                str(FILL_MAX_TOKENS),
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
         )
-        for i in range(FILL_REQUESTS)
-    ]
-    try:
-        for client in clients:
-            client.start()
-        deadline = time.monotonic() + deadline_seconds  # a hang, not a measurement
-        while first_preemption(stack.fine_polls) is None:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the fill phase never made vLLM preempt")
-            if not any(client.is_alive() for client in clients):
-                seen = [(p.values.get(RUNNING), p.values.get(WAITING)) for p in stack.fine_polls]
-                raise RuntimeError(
-                    f"the fill requests ended before vLLM preempted: {errors!r}; "
-                    f"(running, waiting) per poll: {seen}"
-                )
-            time.sleep(FINE_POLL_SECONDS)
-    finally:
-        requests_stop.set()
-        for client in clients:
-            client.join(timeout=30)
-        poll_stop.set()
-        poller.join(timeout=5)
+        try:
+            deadline = time.monotonic() + deadline_seconds  # a hang, not a measurement
+            while first_preemption(stack.fine_polls) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the fill phase never made vLLM preempt")
+                if client.poll() is not None:
+                    errors.seek(0)
+                    seen = [
+                        (p.values.get(RUNNING), p.values.get(WAITING)) for p in stack.fine_polls
+                    ]
+                    raise RuntimeError(
+                        "the fill requests ended before vLLM preempted "
+                        f"(running, waiting per poll: {seen}):\n{errors.read().decode()[-2000:]}"
+                    )
+                time.sleep(FINE_POLL_SECONDS)
+        finally:
+            client.terminate()
+            try:
+                client.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                client.kill()
+                client.wait()
+            poll_stop.set()
+            poller.join(timeout=5)
     t["fill_end"] = time.time()
