@@ -350,21 +350,32 @@ def _run_workload(stack: RealStack) -> None:
             _wait_published(stack.exporter_url, "glassbox_first_request_prefill_seconds")
     t["spec_end"] = time.time()
     time.sleep(SPEC_QUIET_SECONDS)
-    t["flood_start"] = time.time()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
-        futures = [
-            pool.submit(
-                complete,
-                stack.vllm.url,
-                stack.served_model_name,
-                f"Write an extremely long and detailed essay, number {i}.",
-                FLOOD_MAX_TOKENS,
-                ignore_eos=True,
-            )
-            for i in range(FLOOD_REQUESTS)
-        ]
-        for f in futures:
-            f.result()
+    # One client and a barrier: the requests reach vLLM together, however busy the
+    # machine (a client per request costs a TLS context each, under the GIL, and a slow
+    # start lets the first requests finish before the last ones arrive).
+    together = threading.Barrier(FLOOD_REQUESTS)
+    limits = httpx.Limits(max_connections=FLOOD_REQUESTS)
+    with (
+        httpx.Client(limits=limits, timeout=600) as client,
+        concurrent.futures.ThreadPoolExecutor(max_workers=FLOOD_REQUESTS) as pool,
+    ):
+
+        def send(i: int) -> dict[str, Any]:
+            body = {
+                "model": stack.served_model_name,
+                "prompt": f"Write an extremely long and detailed essay, number {i}.",
+                "max_tokens": FLOOD_MAX_TOKENS,
+                "temperature": 0,
+                "ignore_eos": True,
+            }
+            together.wait()
+            r = client.post(stack.vllm.url + "/v1/completions", json=body)
+            r.raise_for_status()
+            result: dict[str, Any] = r.json()
+            return result
+
+        t["flood_start"] = time.time()
+        list(pool.map(send, range(FLOOD_REQUESTS)))
     t["flood_end"] = time.time()
     time.sleep(3)  # let Prometheus scrape the end state
 
