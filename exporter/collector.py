@@ -235,7 +235,8 @@ def startup_families(state: PollState) -> list[Metric]:
         total.add_metric(values, stages.total)
     load_rate = GaugeMetricFamily(
         "glassbox_model_load_bytes_per_second",
-        "How fast the latest start loaded the weights: model weight bytes / weights_load seconds.",
+        "How fast the latest start loaded the weights: model weight bytes / weights_load "
+        "seconds (tensor-parallel ranks load side by side: their sum).",
         labels=labels,
     )
     rate = model_load_bytes_per_second(
