@@ -25,6 +25,7 @@ from grafanalib.core import (
     REFRESH_ON_TIME_RANGE_CHANGE,
     SORT_ALPHA_ASC,
     Annotations,
+    BarChart,
     Dashboard,
     GridPos,
     Panel,
@@ -268,6 +269,32 @@ def table(title: str, description: str, queries: Sequence[Q], columns: Sequence[
         transformations=[
             {"id": "filterFieldsByName", "options": {"include": {"names": list(columns)}}}
         ],
+    )
+
+
+def stacked_bars(
+    title: str, description: str, query: Q, unit: str, *, bar: str, stack: str
+) -> BarChart:
+    """One bar per value of the label `bar`, stacked by the label `stack`: the query's
+    instant values, turned into a matrix by Grafana's "grouping to matrix"."""
+    return BarChart(
+        title=title,
+        description=description,
+        dataSource=DATASOURCE,
+        maxDataPoints=None,
+        targets=_targets([Q(query.expr, query.legend, instant=True)], table=True),
+        transformations=[
+            {
+                "id": "groupingToMatrix",
+                "options": {"columnField": stack, "rowField": bar, "valueField": "Value"},
+            }
+        ],
+        stacking="normal",
+        showValue="never",
+        xTickLabelRotation=-30,
+        legendPlacement="right",
+        thresholdSteps=[{"color": "text", "value": None}],  # no judgement in a bar's colour
+        extraJson={"fieldConfig": {"defaults": {"unit": unit}}},
     )
 
 

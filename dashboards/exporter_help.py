@@ -12,9 +12,11 @@ from functools import cache
 
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.collector import PollState, build_families
-from vllm_glassbox.exporter.derive import Increase
+from vllm_glassbox.exporter.derive import FirstRequests, Increase
+from vllm_glassbox.exporter.kv_trend import Growth
 from vllm_glassbox.exporter.model import Weights
 from vllm_glassbox.exporter.snapshot import CacheConfig, EngineKey, EngineSample, Snapshot
+from vllm_glassbox.exporter.startup_log import ColdStart, LogTime
 
 
 def _everything_present() -> PollState:
@@ -32,7 +34,19 @@ def _everything_present() -> PollState:
         s.SPEC_DRAFT_TOKENS: 8.0,
         s.SPEC_ACCEPTED: 4.0,
         s.SPEC_ACCEPTED_AT + "0": 3.0,
+        s.PREFILL_SUM: 2.0,
+        s.PREFILL_COUNT: 4.0,
     }
+    start = ColdStart(
+        starts=1,
+        started_at=LogTime(1, 1, 0),
+        ready_at=LogTime(1, 1, 60),
+        model_name="model",
+        model_load_seconds={"main": 1.0},
+        compile_seconds={"main": 1.0},
+        cuda_graph_seconds={"main": 1.0},
+        engine_init_seconds=10.0,
+    )
     return PollState(
         up=True,
         window_seconds=60.0,
@@ -41,7 +55,7 @@ def _everything_present() -> PollState:
         restarts=0,
         last_success_unix=1.0,
         snapshot=Snapshot(
-            engines={key: EngineSample(counters, {s.KV_USAGE: 0.5})},
+            engines={key: EngineSample(counters, {s.KV_USAGE: 0.5, s.RUNNING: 2.0})},
             cache={"0": CacheConfig(16, 8, 1, None, None, None)},
         ),
         increases={key: Increase(counters, 60.0)},
@@ -50,6 +64,10 @@ def _everything_present() -> PollState:
         kv_cache_memory_bytes=1.0,
         vllm_version="0",
         build_version="0",
+        cold_start=start,
+        first_requests={key: FirstRequests(1.0, 1.0, at=30.0)},
+        polled_at=60.0,
+        used_tokens_growth={key: Growth(10.0, 60.0)},
     )
 
 

@@ -15,6 +15,7 @@ dashboard = _dashboard(
     uid="glassbox-kv-cache",
     title="vLLM glassbox / KV cache and scheduling",
     description="KV pool capacity, used and free tokens, blocks and block size, usage; "
+    "headroom in requests, time until full and replicas needed (autoscaling); "
     "running and waiting requests, preemptions and the VLLMPreemptionStorm alert.",
     rows=[
         Row("Lab phases", [(p.lab_phase(), 24)], height=4),
@@ -29,6 +30,10 @@ dashboard = _dashboard(
             height=4,
         ),
         Row("Tokens", [(p.kv_tokens(), 12), (p.kv_tokens_fleet(), 12)]),
+        Row(
+            "Headroom (autoscaling)",
+            [(p.kv_headroom(), 8), (p.kv_exhaustion(), 8), (p.kv_replicas_needed(), 8)],
+        ),
         Row("Usage and queue", [(p.kv_usage(), 12), (p.running_waiting(), 12)]),
         Row("Preemptions", [(p.preemptions(), 12), (p.preemption_storm(), 12)]),
         Row("Configuration", [(p.cache_config(), 24)], height=5),

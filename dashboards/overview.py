@@ -13,8 +13,9 @@ from .common import dashboard as _dashboard
 dashboard = _dashboard(
     uid="glassbox-overview",
     title="vLLM glassbox / Overview",
-    description="Lab phases, the fleet at a glance, decode efficiency and vLLM's raw "
-    "context (running, waiting, KV usage, preemptions, throughput, TTFT).",
+    description="Lab phases, the fleet at a glance, decode efficiency, cold starts by "
+    "stage and vLLM's raw context (running, waiting, KV usage, preemptions, throughput, "
+    "TTFT).",
     rows=[
         Row("Lab phases", [(p.lab_phase(), 24)], height=4),
         Row(
@@ -36,6 +37,16 @@ dashboard = _dashboard(
             height=4,
         ),
         Row("Decode", [(p.tpot(), 12), (p.tokens_per_forward_pass(), 12)]),
+        Row(
+            "Cold start (from vLLM's log)",
+            [
+                (p.startup_stages(), 12),
+                (p.startup_total(), 12),
+                (p.model_load_rate(), 10),
+                (p.first_request_prefill(), 10),
+                (p.startup_slow_stat(), 4),
+            ],
+        ),
         Row(
             "Raw context (vLLM's own series)",
             [

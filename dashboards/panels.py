@@ -23,6 +23,7 @@ from .common import (
     TOKENS_PER_SECOND,
     UP_MAPPINGS,
     Q,
+    stacked_bars,
     stat,
     table,
     timeseries,
@@ -250,7 +251,8 @@ def kv_tokens() -> Panel:
     return timeseries(
         "KV pool: capacity, used and free tokens",
         f"Capacity: {help_of('glassbox_kv_cache_capacity_tokens')} "
-        f"Used: {help_of('glassbox_kv_cache_used_tokens')} Free: capacity − used.",
+        f"Used: {help_of('glassbox_kv_cache_used_tokens')} "
+        f"Free: {help_of('glassbox_kv_cache_free_tokens')}",
         [
             Q(q.KV_CAPACITY_TOKENS, "capacity " + ENGINE_LEGEND),
             Q(q.KV_USED_TOKENS, "used " + ENGINE_LEGEND),
@@ -262,13 +264,15 @@ def kv_tokens() -> Panel:
 
 def kv_tokens_fleet() -> Panel:
     return timeseries(
-        "KV pool of the fleet: used and capacity tokens",
-        "Recording rules job_model_name:glassbox_kv_cache_used_tokens:sum and "
+        "KV pool of the fleet: used, free and capacity tokens",
+        "Recording rules job_model_name:glassbox_kv_cache_used_tokens:sum, "
+        "job_model_name:glassbox_kv_cache_free_tokens:sum and "
         "job_model_name:glassbox_kv_cache_capacity_tokens:sum: the exporter's per-engine "
         "tokens summed over the engines of a job and model.",
         [
             fleet_q(q.KV_CAPACITY_TOKENS_FLEET, "capacity {{model_name}} ({{job}})"),
             fleet_q(q.KV_USED_TOKENS_FLEET, "used {{model_name}} ({{job}})"),
+            fleet_q(q.KV_FREE_TOKENS_FLEET, "free {{model_name}} ({{job}})"),
         ],
         TOKENS,
     )
@@ -415,6 +419,115 @@ def waiting_stat() -> Panel:
         "Recording rule job_model_name:vllm_num_requests_waiting:sum.",
         [fleet_q(q.WAITING_FLEET, "{{model_name}}")],
         NUMBER,
+    )
+
+
+# --- KV headroom (autoscaling) ------------------------------------------------------------
+
+
+def kv_headroom() -> Panel:
+    return timeseries(
+        "Headroom: more requests that fit",
+        f"Per engine: {help_of('glassbox_kv_cache_headroom_requests')} It falls to 0 before "
+        "vLLM has to preempt. Fleet (dashed): recording rule "
+        "job_model_name:glassbox_kv_cache_headroom_requests:sum, the engines' whole "
+        "requests summed.",
+        [Q(q.KV_HEADROOM, ENGINE_LEGEND), fleet_q(q.KV_HEADROOM_FLEET, "{{model_name}} ({{job}})")],
+        NUMBER,
+    )
+
+
+def kv_exhaustion() -> Panel:
+    return timeseries(
+        "Time until the KV pool is full",
+        f"Per engine: {help_of('glassbox_kv_cache_exhaustion_seconds')} Fleet (dashed): "
+        "recording rule job_model_name:glassbox_kv_cache_exhaustion_seconds:min, the engine "
+        "that fills first.",
+        [
+            Q(q.KV_EXHAUSTION, ENGINE_LEGEND),
+            fleet_q(q.KV_EXHAUSTION_FLEET, "{{model_name}} ({{job}})"),
+        ],
+        SECONDS,
+    )
+
+
+def kv_replicas_needed() -> Panel:
+    return timeseries(
+        "Replicas' worth of KV pool needed",
+        "Recording rule namespace_model_name:glassbox_kv_cache_replicas_needed:ratio: the "
+        "KV tokens the running requests hold plus the waiting ones at the current mean size, "
+        "in pools of one replica. The autoscaling signal of docs/autoscaling.md: a target of "
+        "0.8 per replica keeps a fifth of every pool free.",
+        [Q(q.KV_REPLICAS_NEEDED, "{{model_name}} {{namespace}}")],
+        NUMBER,
+    )
+
+
+# --- cold start ---------------------------------------------------------------------------
+
+
+def startup_stages() -> Panel:
+    return stacked_bars(
+        "Start-up by stage, per start",
+        "One bar per start of vLLM in the time range (its start time in vLLM's log), "
+        f"stacked by stage. {help_of('glassbox_startup_stage_seconds')} The bar's height is "
+        "process start to ready.",
+        Q(q.STARTUP_STAGES, "{{stage}}"),
+        SECONDS,
+        bar="start",
+        stack="stage",
+    )
+
+
+def startup_total() -> Panel:
+    return timeseries(
+        "Process start to ready",
+        f"{help_of('glassbox_startup_seconds')} One line per start. Dashed: recording rule "
+        "model_name:glassbox_startup_seconds_previous:max7d, the longest start of the model "
+        "in the 7 days before (the starts published now left out), which VLLMStartupSlow "
+        "compares a new start with.",
+        [
+            Q(q.STARTUP_SECONDS, "{{model_name}} start {{start}} ({{instance}})"),
+            fleet_q(q.STARTUP_PREVIOUS_MAX, "{{model_name}} longest previous"),
+        ],
+        SECONDS,
+    )
+
+
+def model_load_rate() -> Panel:
+    return timeseries(
+        "Weights load bandwidth",
+        help_of("glassbox_model_load_bytes_per_second")
+        + " The weights are the exporter's (glassbox_model_weights_info says from where).",
+        [Q(q.MODEL_LOAD_RATE, "{{model_name}} start {{start}} ({{instance}})")],
+        BYTES_PER_SECOND,
+    )
+
+
+def first_request_prefill() -> Panel:
+    return timeseries(
+        "First request after a start vs warm prefill",
+        f"First: {help_of('glassbox_first_request_prefill_seconds')} "
+        f"Warm: {help_of('glassbox_warm_request_prefill_seconds')} "
+        "The gap is what a cold start costs the first user.",
+        [
+            Q(q.FIRST_REQUEST_PREFILL, "first " + ENGINE_LEGEND),
+            Q(q.WARM_REQUEST_PREFILL, "warm " + ENGINE_LEGEND),
+        ],
+        SECONDS,
+    )
+
+
+def startup_slow_stat() -> Panel:
+    return stat(
+        "Slow start",
+        "VLLMStartupSlow from Prometheus' ALERTS series: a start in the last hour took over "
+        "1.5 × and over a minute longer than the model's longest start in the 7 days "
+        "before. See alerts/runbook.md.",
+        [Q(q.STARTUP_SLOW, "VLLMStartupSlow")],
+        NUMBER,
+        mappings=STATE_MAPPINGS,
+        thresholds=[("green", None), ("orange", 1), ("red", 2)],
     )
 
 

@@ -12,7 +12,7 @@ Three sources, each with its own scope (selectors in `common`):
 
 from __future__ import annotations
 
-from .common import ENGINE, LAB_PHASES, RULE, TARGET
+from .common import ENGINE, LAB_PHASES, MODEL, RULE, TARGET
 
 RATE = "[$__rate_interval]"
 
@@ -83,7 +83,7 @@ BANDWIDTH_UTILIZATION = exporter("glassbox_memory_bandwidth_utilization_ratio")
 
 KV_CAPACITY_TOKENS = exporter("glassbox_kv_cache_capacity_tokens")
 KV_USED_TOKENS = exporter("glassbox_kv_cache_used_tokens")
-KV_FREE_TOKENS = f"{KV_CAPACITY_TOKENS} - {KV_USED_TOKENS}"
+KV_FREE_TOKENS = exporter("glassbox_kv_cache_free_tokens")
 KV_CAPACITY_TOKENS_FLEET = rule("job_model_name:glassbox_kv_cache_capacity_tokens:sum")
 KV_USED_TOKENS_FLEET = rule("job_model_name:glassbox_kv_cache_used_tokens:sum")
 KV_BLOCKS = exporter("glassbox_kv_cache_blocks")
@@ -101,6 +101,34 @@ WAITING_BY_REASON = f"sum by (model_name, reason) (vllm:num_requests_waiting_by_
 PREEMPTIONS = exporter("glassbox_preemptions_per_second")
 PREEMPTIONS_FLEET = rule("job_model_name:vllm_num_preemptions:rate5m")
 
+# --- KV headroom (autoscaling) ------------------------------------------------------------
+
+KV_HEADROOM = exporter("glassbox_kv_cache_headroom_requests")
+KV_HEADROOM_FLEET = rule("job_model_name:glassbox_kv_cache_headroom_requests:sum")
+KV_FREE_TOKENS_FLEET = rule("job_model_name:glassbox_kv_cache_free_tokens:sum")
+KV_EXHAUSTION = exporter("glassbox_kv_cache_exhaustion_seconds")
+KV_EXHAUSTION_FLEET = rule("job_model_name:glassbox_kv_cache_exhaustion_seconds:min")
+# Summed per namespace and model over vLLM's and the exporter's jobs: no job selector.
+KV_REPLICAS_NEEDED = (
+    "namespace_model_name:glassbox_kv_cache_replicas_needed:ratio"
+    '{namespace=~"$namespace", model_name=~"$model_name"}'
+)
+
+# --- cold start (from vLLM's log, one series per start) ----------------------------------
+
+# Every start seen over the dashboard's range, for a bar per start.
+STARTUP_STAGES = (
+    "max by (model_name, start, stage) "
+    f"(last_over_time(glassbox_startup_stage_seconds{{{MODEL}}}[$__range]))"
+)
+STARTUP_SECONDS = f"glassbox_startup_seconds{{{MODEL}}}"
+STARTUP_PREVIOUS_MAX = (
+    'model_name:glassbox_startup_seconds_previous:max7d{model_name=~"$model_name"}'
+)
+MODEL_LOAD_RATE = f"glassbox_model_load_bytes_per_second{{{MODEL}}}"
+FIRST_REQUEST_PREFILL = exporter("glassbox_first_request_prefill_seconds")
+WARM_REQUEST_PREFILL = exporter("glassbox_warm_request_prefill_seconds")
+
 
 def alert_state(alertname: str) -> str:
     """0 inactive, 1 pending, 2 firing (the worst instance), from Prometheus' ALERTS."""
@@ -112,6 +140,7 @@ def alert_state(alertname: str) -> str:
 
 
 PREEMPTION_STORM = alert_state("VLLMPreemptionStorm")
+STARTUP_SLOW = alert_state("VLLMStartupSlow")
 
 # --- speculative decoding -----------------------------------------------------------------
 

@@ -481,6 +481,8 @@ def draw_panel(
         _draw_stat(fig, inner, data, fig_w, fig_h, font)
     elif data.kind == "table":
         _draw_table(fig, inner, data, fig_w, fig_h, font)
+    elif data.kind == "barchart":
+        _draw_stacked_bars(fig, inner, data, fig_w, fig_h, font)
     else:
         _draw_timeseries(fig, inner, data, span, fig_w, fig_h, font, marks)
 
@@ -603,6 +605,61 @@ def _draw_timeseries(
         handlelength=1.5,
         borderaxespad=0,
         columnspacing=1.5,
+    )
+
+
+def stacked_bar_cells(data: PanelData) -> tuple[list[str], list[str], dict[tuple[str, str], float]]:
+    """A bar chart after Grafana's "grouping to matrix": the bars (values of the row
+    field), the stacks (values of the column field, in order of appearance) and the
+    value of each (bar, stack)."""
+    options: dict[str, Any] = next(
+        (
+            t.get("options", {})
+            for t in data.panel.get("transformations", [])
+            if t.get("id") == "groupingToMatrix"
+        ),
+        {},
+    )
+    bar_field, stack_field = str(options.get("rowField", "")), str(options.get("columnField", ""))
+    cells: dict[tuple[str, str], float] = {}
+    for series in (s for t in data.targets for s in t.series):
+        if series.last is not None:
+            key = (series.labels.get(bar_field, ""), series.labels.get(stack_field, ""))
+            cells[key] = series.last
+    bars = sorted({bar for bar, _ in cells})
+    stacks = list(dict.fromkeys(stack for _, stack in cells))
+    return bars, stacks, cells
+
+
+def _draw_stacked_bars(
+    fig: Any, box: Box, data: PanelData, fig_w: float, fig_h: float, font: float
+) -> None:
+    from matplotlib import ticker
+
+    unit = _unit(data.panel)
+    bars, stacks, cells = stacked_bar_cells(data)
+    legend_w = min(2.2, box.w * 0.3)
+    bottom_axis = font * 7.0 / 72  # room for the slanted bar labels
+    plot = Box(box.x + 0.75, box.y + 0.08, box.w - 0.9 - legend_w, box.h - bottom_axis - 0.1)
+    ax = _axes(fig, plot, fig_w, fig_h)
+    base = [0.0] * len(bars)
+    for i, stack in enumerate(stacks):
+        heights = [cells.get((bar, stack), 0.0) for bar in bars]
+        ax.bar(range(len(bars)), heights, bottom=base, color=f"C{i % 10}", label=stack, width=0.7)
+        base = [b + h for b, h in zip(base, heights, strict=True)]
+    ax.set_xticks(range(len(bars)))
+    ax.set_xticklabels(bars, rotation=30, ha="right")
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: format_value(v, unit)))
+    ax.tick_params(labelsize=font - 1)
+    ax.grid(True, axis="y", color="#E5E5E5", lw=0.6)
+    for spine in ("top", "right"):
+        ax.spines[spine].set_visible(False)
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        frameon=False,
+        fontsize=font - 1,
+        reverse=True,  # top of the stack first, as Grafana lists it
     )
 
 

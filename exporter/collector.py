@@ -21,15 +21,25 @@ from .derive import (
     MOE_NOTE,
     WINDOWED,
     Context,
+    FirstRequests,
     Increase,
     decode_floor_seconds,
+    first_request_prefill_seconds,
     kv_cache_blocks,
     kv_cache_capacity_tokens,
+    kv_cache_exhaustion_seconds,
+    kv_cache_free_tokens,
+    kv_cache_headroom_requests,
     kv_cache_used_tokens,
+    model_load_bytes_per_second,
     spec_position_acceptance,
+    startup_stages,
+    warm_request_prefill_seconds,
 )
+from .kv_trend import Growth
 from .model import ParallelLayout, Weights
-from .snapshot import KV_USAGE, EngineKey, Snapshot
+from .snapshot import KV_USAGE, RUNNING, EngineKey, Snapshot
+from .startup_log import ColdStart
 from .textformat import ERROR_REASONS
 
 ENGINE_LABELS = ["model_name", "engine"]
@@ -54,6 +64,10 @@ class PollState:
     build_version: str
     kv_cache_logged_tokens: int | None = None  # "KV cache size: N tokens" in vLLM's log
     layout: ParallelLayout = field(default_factory=ParallelLayout)
+    cold_start: ColdStart | None = None  # the latest start in vLLM's log
+    first_requests: Mapping[EngineKey, FirstRequests] = field(default_factory=dict)
+    polled_at: float | None = None  # monotonic time of the latest poll (windows end there)
+    used_tokens_growth: Mapping[EngineKey, Growth] = field(default_factory=dict)
 
 
 def _engine_labels(key: EngineKey) -> list[str]:
@@ -216,6 +230,118 @@ def static_families(state: PollState) -> list[Metric]:
     return families
 
 
+def startup_families(state: PollState) -> list[Metric]:
+    """How long the latest start of vLLM took, by stage (from its log; kept while vLLM is
+    down, since they describe a start that happened)."""
+    cold = state.cold_start
+    if cold is None:
+        return []
+    labels = ["model_name", "start"]
+    values = [cold.model_name or "", cold.start_label]
+    stages = startup_stages(cold)
+    by_stage = GaugeMetricFamily(
+        "glassbox_startup_stage_seconds",
+        "Seconds of each stage of the latest start of vLLM, from its log: weights_load, "
+        "compile (torch.compile), cuda_graphs (graph capture), engine_init (vLLM's init "
+        "engine less compile and graph capture: profiling, KV allocation, warm-up), other "
+        "(the rest of process start to ready); absent for stages the version does not log.",
+        labels=[*labels, "stage"],
+    )
+    for stage, seconds in stages.by_stage().items():
+        by_stage.add_metric([*values, stage], seconds)
+    total = GaugeMetricFamily(
+        "glassbox_startup_seconds",
+        "Seconds from process start to ready of the latest start of vLLM: its log's time "
+        "from the server-version line to the Starting vLLM server line.",
+        labels=labels,
+    )
+    if stages.total is not None:
+        total.add_metric(values, stages.total)
+    load_rate = GaugeMetricFamily(
+        "glassbox_model_load_bytes_per_second",
+        "How fast the latest start loaded the weights: model weight bytes / weights_load "
+        "seconds (tensor-parallel ranks load side by side: their sum).",
+        labels=labels,
+    )
+    rate = model_load_bytes_per_second(
+        state.weights.bytes if state.weights else None, stages.weights_load
+    )
+    if rate is not None:
+        load_rate.add_metric(values, rate)
+    return [by_stage, total, load_rate]
+
+
+def kv_headroom_families(state: PollState) -> list[Metric]:
+    """Room left in each engine's KV pool, for autoscaling; empty while the target is down."""
+    if not state.up or state.snapshot is None:
+        return []
+    free = GaugeMetricFamily(
+        "glassbox_kv_cache_free_tokens",
+        "Tokens of the KV pool no running request holds: capacity − used.",
+        labels=ENGINE_LABELS,
+    )
+    headroom = GaugeMetricFamily(
+        "glassbox_kv_cache_headroom_requests",
+        "How many more requests of the current mean size fit in the KV pool: "
+        "floor(free tokens / (used tokens / running requests)); absent while none runs.",
+        labels=ENGINE_LABELS,
+    )
+    exhaustion = GaugeMetricFamily(
+        "glassbox_kv_cache_exhaustion_seconds",
+        "Seconds until the KV pool is full at the window's growth of used tokens: "
+        "free tokens / (Δ used tokens / window seconds); absent unless used tokens grew.",
+        labels=ENGINE_LABELS,
+    )
+    for key, sample in sorted(state.snapshot.engines.items()):
+        cache = state.snapshot.cache_for(key)
+        capacity = kv_cache_capacity_tokens(cache, state.kv_cache_logged_tokens)
+        used = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
+        labels = _engine_labels(key)
+        left = kv_cache_free_tokens(used, capacity)
+        if left is not None:
+            free.add_metric(labels, left)
+        fit = kv_cache_headroom_requests(used, capacity, sample.gauges.get(RUNNING))
+        if fit is not None:
+            headroom.add_metric(labels, fit)
+        growth = state.used_tokens_growth.get(key)
+        if growth is not None:
+            seconds = kv_cache_exhaustion_seconds(left, growth.tokens, growth.seconds)
+            if seconds is not None:
+                exhaustion.add_metric(labels, seconds)
+    return [free, headroom, exhaustion]
+
+
+def first_request_families(state: PollState) -> list[Metric]:
+    """The first request's prefill after each start, beside the warm mean."""
+    if not state.up or state.snapshot is None:
+        return []
+    first = GaugeMetricFamily(
+        "glassbox_first_request_prefill_seconds",
+        "Mean prefill seconds of the first request(s) to finish after vLLM started (the "
+        "first poll that saw any): first-use compilation lands here.",
+        labels=ENGINE_LABELS,
+    )
+    for key, requests in sorted(state.first_requests.items()):
+        value = first_request_prefill_seconds(requests)
+        if value is not None:
+            first.add_metric(_engine_labels(key), value)
+    warm = GaugeMetricFamily(
+        "glassbox_warm_request_prefill_seconds",
+        "Mean prefill seconds of the requests that finished in the window, without the "
+        "first ones after a start: Δ prefill sum / Δ prefill count (vLLM's "
+        f"request_prefill_time_seconds). Window: {state.window_seconds:g}s.",
+        labels=ENGINE_LABELS,
+    )
+    if state.polled_at is not None:
+        for key, increase in sorted(state.increases.items()):
+            value = warm_request_prefill_seconds(
+                increase, state.first_requests.get(key), state.polled_at - increase.seconds
+            )
+            if value is not None:
+                warm.add_metric(_engine_labels(key), value)
+    return [first, warm]
+
+
 def self_families(state: PollState) -> list[Metric]:
     """The exporter observing itself and its target; present whatever vLLM does."""
     families: list[Metric] = []
@@ -277,4 +403,11 @@ def self_families(state: PollState) -> list[Metric]:
 
 
 def build_families(state: PollState) -> list[Metric]:
-    return self_families(state) + static_families(state) + derived_families(state)
+    return (
+        self_families(state)
+        + static_families(state)
+        + derived_families(state)
+        + startup_families(state)
+        + kv_headroom_families(state)
+        + first_request_families(state)
+    )

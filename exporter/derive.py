@@ -16,10 +16,12 @@ wall clock), and that poll adds 0 to it, neither a negative value nor a spike.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from . import snapshot as s
+from .startup_log import ColdStart, read_cold_starts
 
 GIB = 1024**3
 
@@ -314,6 +316,150 @@ def kv_cache_used_tokens(usage: float | None, capacity_tokens: int | None) -> fl
     if usage is None or capacity_tokens is None:
         return None
     return usage * capacity_tokens
+
+
+def kv_cache_free_tokens(used_tokens: float | None, capacity_tokens: int | None) -> float | None:
+    """Tokens of the pool no running request holds: capacity − used."""
+    if used_tokens is None or capacity_tokens is None:
+        return None
+    return max(capacity_tokens - used_tokens, 0.0)
+
+
+def kv_cache_mean_request_tokens(used_tokens: float | None, running: float | None) -> float | None:
+    """The current mean size of a running request in the pool: used tokens / running."""
+    if used_tokens is None or running is None or used_tokens <= 0:
+        return None
+    return ratio(used_tokens, running)
+
+
+def kv_cache_headroom_requests(
+    used_tokens: float | None, capacity_tokens: int | None, running: float | None
+) -> float | None:
+    """How many more requests of the current mean size fit in the pool (whole requests)."""
+    free = kv_cache_free_tokens(used_tokens, capacity_tokens)
+    mean = kv_cache_mean_request_tokens(used_tokens, running)
+    if free is None or mean is None:
+        return None
+    return float(math.floor(free / mean))
+
+
+def kv_cache_exhaustion_seconds(
+    free_tokens: float | None, used_growth_tokens: float, growth_seconds: float
+) -> float | None:
+    """Seconds until the pool is full at the window's growth of used tokens; absent unless
+    used tokens grew."""
+    rate = ratio(used_growth_tokens, growth_seconds)
+    if free_tokens is None or rate is None or rate <= 0:
+        return None
+    return free_tokens / rate
+
+
+# --- cold start -------------------------------------------------------------------------
+
+STARTUP_STAGES = ("weights_load", "compile", "cuda_graphs", "engine_init", "other")
+
+
+def _slowest(per_process: Mapping[str, float]) -> float | None:
+    """A stage that ranks run side by side takes as long as its slowest rank."""
+    return max(per_process.values()) if per_process else None
+
+
+@dataclass(frozen=True)
+class StartupStages:
+    """Seconds of one start of vLLM, by stage; None for what the log does not show.
+
+    The stages do not overlap, so they stack up to `total` (process start to ready):
+    weights_load, then engine_init (vLLM's "init engine" less the compile and graph capture
+    it contains: memory profiling, KV allocation, warm-up), compile, cuda_graphs, and
+    other (the rest of the total: processes starting, the API server).
+    """
+
+    weights_load: float | None
+    compile: float | None
+    cuda_graphs: float | None
+    engine_init: float | None
+    other: float | None
+    total: float | None
+
+    def by_stage(self) -> dict[str, float]:
+        """The stages present, by name (STARTUP_STAGES order)."""
+        values = {name: getattr(self, name) for name in STARTUP_STAGES}
+        return {name: value for name, value in values.items() if value is not None}
+
+
+def startup_seconds(cold: ColdStart) -> float | None:
+    """Process start to ready: the log's time from the server-version line to the API
+    server's "Starting vLLM … server … on" line."""
+    if cold.started_at is None or cold.ready_at is None:
+        return None
+    return cold.started_at.seconds_until(cold.ready_at)
+
+
+def startup_stages(cold: ColdStart) -> StartupStages:
+    """The stages of one start (see StartupStages)."""
+    # "Model loading took" covers the whole load; the CPU build logs only the weight read.
+    weights_load = _slowest(cold.model_load_seconds)
+    if weights_load is None:
+        weights_load = _slowest(cold.weights_load_seconds)
+    # The init-engine line's "(compilation: S s)" is vLLM's own total over its models.
+    compile_ = cold.engine_init_compile_seconds
+    if compile_ is None:
+        compile_ = _slowest(cold.compile_seconds)
+    graphs = _slowest(cold.cuda_graph_seconds)
+    engine_init = None
+    if cold.engine_init_seconds is not None:
+        inside = (compile_ or 0.0) + (graphs or 0.0)
+        engine_init = max(cold.engine_init_seconds - inside, 0.0)
+    total = startup_seconds(cold)
+    other = None
+    if total is not None:
+        logged = (weights_load or 0.0) + (compile_ or 0.0) + (graphs or 0.0) + (engine_init or 0.0)
+        other = max(total - logged, 0.0)
+    return StartupStages(weights_load, compile_, graphs, engine_init, other, total)
+
+
+def latest_startup_stages(log_text: str) -> StartupStages | None:
+    """The stages of the last start in a server's log (the lab's per-variant figures)."""
+    starts = read_cold_starts(log_text)
+    return startup_stages(starts[-1]) if starts else None
+
+
+def model_load_bytes_per_second(
+    weights_bytes: float | None, load_seconds: float | None
+) -> float | None:
+    """How fast the weights loaded: weights / the weights_load stage."""
+    if weights_bytes is None or load_seconds is None:
+        return None
+    return ratio(weights_bytes, load_seconds)
+
+
+# --- the first request after a start ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FirstRequests:
+    """The request(s) that finished first after a start: vLLM's prefill-time counters at
+    the first poll that saw any (counted from 0 at the start), and when that poll was."""
+
+    prefill_sum: float
+    prefill_count: float
+    at: float  # the poll's monotonic time
+
+
+def first_request_prefill_seconds(first: FirstRequests | None) -> float | None:
+    """Mean prefill of the first request(s) after a start: cold paths (JIT compiles) land here."""
+    return None if first is None else ratio(first.prefill_sum, first.prefill_count)
+
+
+def warm_request_prefill_seconds(
+    d: Increase, first: FirstRequests | None, window_start: float
+) -> float | None:
+    """Mean prefill of the requests that finished in the window, the first ones after a
+    start left out: Δ prefill sum / Δ prefill count, less the first requests' share."""
+    total, count = d[s.PREFILL_SUM], d[s.PREFILL_COUNT]
+    if first is not None and first.at > window_start:  # they finished inside the window
+        total, count = total - first.prefill_sum, count - first.prefill_count
+    return ratio(total, count)
 
 
 # --- the catalogue of windowed series ---------------------------------------------------

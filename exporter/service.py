@@ -24,7 +24,9 @@ from vllm_glassbox import __version__
 
 from .collector import PollState, build_families
 from .fetch import Fetcher, TargetCredentials
+from .first_requests import FirstRequestsWatch
 from .history import History
+from .kv_trend import UsedTokensTrend, used_tokens
 from .model import ParallelLayout, Weights, checkpoint_weights, resolve_layout, resolve_weights
 from .server import MetricsServer
 from .snapshot import Snapshot, read_snapshot
@@ -75,6 +77,9 @@ class Poller:
         self.limits = Limits(max_series_per_metric=config.max_series_per_metric)
         polls_per_window = int(config.window_seconds / config.interval_seconds) + 2
         self.history = History(config.window_seconds, max_entries=polls_per_window)
+        self.used_tokens = UsedTokensTrend(config.window_seconds, max_entries=polls_per_window)
+        self.first_requests = FirstRequestsWatch()
+        self.polled_at: float | None = None  # the latest successful poll, monotonic
         self.errors: Counter[str] = Counter()
         self.log_follower = LogFollower(config.vllm_log) if config.vllm_log else None
         self.checkpoint: CheckpointSize | None = None
@@ -130,6 +135,11 @@ class Poller:
         if snapshot is not None:
             restarted = self.history.add(snapshot, started)
             self.engines = len(snapshot.engines)
+            facts = self._facts()
+            logged = facts.kv_cache_tokens if facts else None
+            self.used_tokens.add(started, used_tokens(snapshot, logged))
+            self.first_requests.observe(snapshot, started, restarted)
+            self.polled_at = started
             self.last_success_unix = time.time()
             if restarted or self.vllm_version is None:
                 self.vllm_version = self._fetch_version(deadline - time.monotonic())
@@ -191,6 +201,10 @@ class Poller:
             peak_bandwidth=self.config.peak_bandwidth,
             kv_cache_memory_bytes=facts.kv_cache_memory_bytes if facts else None,
             kv_cache_logged_tokens=facts.kv_cache_tokens if facts else None,
+            cold_start=self.log_follower.cold_start if self.log_follower else None,
+            first_requests=dict(self.first_requests.first),
+            polled_at=self.polled_at,
+            used_tokens_growth=self.used_tokens.growth() if up else {},
             vllm_version=self.vllm_version,
             build_version=__version__,
             layout=self.layout(),

@@ -20,13 +20,19 @@ facts keep every weights line by the process that wrote it, and the derivation c
 
 `StartupFacts.feed(line)` is pure; `LogFollower` is the I/O that tails the file across
 restarts (truncation or rotation).
+
+`ColdStart.feed(line)` reads the same log for how long one start took, stage by stage
+(`read_cold_starts(text)` for every start of a log); `derive.startup_stages` turns it into
+the stage seconds.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 
 GIB = 1024**3
 
@@ -153,6 +159,160 @@ def read_facts(text: str) -> StartupFacts:
     return facts
 
 
+# --- cold start: how long each start took, stage by stage ------------------------------
+#
+# Every vLLM line carries "LEVEL MM-DD HH:MM:SS" (no year, local time), every version.
+# A start begins at the server-version line (_SERVER_START, vLLM's first line of a start)
+# and is ready at the API server's "Starting vLLM API server 0 on http://…" (≤0.2x) or
+# "Starting vLLM server on http://…" (0.24+); uvicorn's "Application startup complete."
+# carries no time. Stage lines, per process unless said otherwise:
+#   Model loading took 14.9935 GiB and 6.123456 seconds          (0.11; later "GiB memory")
+#   Loading weights took 1.21 seconds                            (every version, CPU build too)
+#   torch.compile takes 20.78 s in total                         (0.11–0.2x)
+#   [backbone] torch.compile took 27.96 s in total               (later; a tag per model)
+#   Graph capturing finished in 8 secs, took 0.46 GiB            (CUDA graphs)
+#   init engine (profile, create kv cache, warmup model) took 44.12 seconds   (engine core)
+#   init engine (...) took 51.14 s (compilation: 28.87 s)                     (0.2x+)
+
+_LOG_TIME = re.compile(
+    r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?P<mon>\d\d)-(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\b"
+)
+_READY = re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on ")
+_SERVED_MODEL = re.compile(r"\bserved_model_name=(?P<name>[^,\s]+)")
+_MODEL_LOAD_TIME = re.compile(
+    r"Model loading took [0-9.]+ (?:GiB|GB)(?: memory)? and (?P<sec>[0-9.]+) seconds"
+)
+_COMPILE = re.compile(
+    r"torch\.compile (?:and initial profiling/warmup run together )?"
+    r"(?:takes|took) (?P<sec>[0-9.]+) s in total"
+)
+_GRAPHS = re.compile(r"Graph capturing finished in (?P<sec>[0-9.]+) secs?")
+_ENGINE_INIT = re.compile(
+    r"init engine \(profile, create kv cache, warmup model\) took (?P<sec>[0-9.]+) "
+    r"(?:seconds|s)(?: \(compilation: (?P<compile>[0-9.]+) s)?"
+)
+
+
+@dataclass(frozen=True, order=True)
+class LogTime:
+    """A vLLM log timestamp: month, day and second of the day (the log has no year)."""
+
+    month: int
+    day: int
+    second_of_day: int
+
+    def __str__(self) -> str:
+        h, rest = divmod(self.second_of_day, 3600)
+        return f"{self.month:02d}-{self.day:02d} {h:02d}:{rest // 60:02d}:{rest % 60:02d}"
+
+    def seconds_until(self, later: LogTime) -> float:
+        """Seconds from this time to a later one of the same log (across New Year too)."""
+        # A common year unless a date is 29 February (only leap years have one).
+        year = 2000 if (2, 29) in ((self.month, self.day), (later.month, later.day)) else 2001
+        start = datetime(year, self.month, self.day) + timedelta(seconds=self.second_of_day)
+        end = datetime(year, later.month, later.day) + timedelta(seconds=later.second_of_day)
+        if end < start:  # the log went past 31 December
+            end += timedelta(days=365)
+        return (end - start).total_seconds()
+
+
+def log_time(line: str) -> LogTime | None:
+    """The timestamp of a vLLM log line (ANSI codes already removed), if it has one."""
+    m = _LOG_TIME.search(line)
+    if m is None:
+        return None
+    try:
+        datetime(2000, int(m["mon"]), int(m["day"]))  # a real date (2000 has 29 February)
+    except ValueError:
+        return None
+    second = int(m["h"]) * 3600 + int(m["m"]) * 60 + int(m["s"])
+    return LogTime(int(m["mon"]), int(m["day"]), second)
+
+
+def _process(line: str) -> str:
+    """The process a line comes from ("Worker_TP0:985"), or "main" without a prefix."""
+    proc = _PROCESS.search(line)
+    return proc.group("proc") + ":" + proc.group("pid") if proc else "main"
+
+
+def _add(per_process: Mapping[str, float], process: str, seconds: float) -> dict[str, float]:
+    return {**per_process, process: per_process.get(process, 0.0) + seconds}
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """One start of vLLM as its log tells it: what each stage took, as logged.
+
+    Per-process values are kept apart (tensor-parallel ranks work side by side, so the
+    slowest rank is the stage's time); `derive.startup_stages` makes the stage seconds.
+    A field the version does not log stays empty or None.
+    """
+
+    starts: int = 0  # how many starts the log has shown so far (this one is the last)
+    started_at: LogTime | None = None  # the server-version line
+    ready_at: LogTime | None = None  # the first "Starting vLLM … server … on" line
+    model_name: str | None = None  # served_model_name of the engine-config line
+    model_load_seconds: Mapping[str, float] = field(default_factory=dict)  # latest per process
+    weights_load_seconds: Mapping[str, float] = field(default_factory=dict)  # summed per process
+    compile_seconds: Mapping[str, float] = field(default_factory=dict)  # summed per process
+    cuda_graph_seconds: Mapping[str, float] = field(default_factory=dict)  # summed per process
+    engine_init_seconds: float | None = None  # includes compile and graph capture
+    engine_init_compile_seconds: float | None = None  # its "(compilation: S s)"
+
+    @property
+    def start_label(self) -> str:
+        """The start as a label value: its log time, "" when the log did not show it."""
+        return str(self.started_at) if self.started_at else ""
+
+    def feed(self, raw_line: str) -> ColdStart:
+        """This start after one more log line; a server-version line begins a new start."""
+        line = _ANSI.sub("", raw_line)
+        if _SERVER_START.search(line):
+            return ColdStart(starts=self.starts + 1, started_at=log_time(line))
+        if _READY.search(line):
+            if self.ready_at is not None:  # the other API servers of the same start
+                return self
+            return replace(self, ready_at=log_time(line))
+        if m := _MODEL_LOAD_TIME.search(line):
+            loads = {**self.model_load_seconds, _process(line): float(m["sec"])}
+            return replace(self, model_load_seconds=loads)
+        if m := _LOAD_TIME.search(line):
+            weights = _add(self.weights_load_seconds, _process(line), float(m["sec"]))
+            return replace(self, weights_load_seconds=weights)
+        if m := _COMPILE.search(line):
+            compiled = _add(self.compile_seconds, _process(line), float(m["sec"]))
+            return replace(self, compile_seconds=compiled)
+        if m := _GRAPHS.search(line):
+            graphs = _add(self.cuda_graph_seconds, _process(line), float(m["sec"]))
+            return replace(self, cuda_graph_seconds=graphs)
+        if m := _ENGINE_INIT.search(line):
+            compile_part = float(m["compile"]) if m["compile"] else None
+            return replace(
+                self,
+                engine_init_seconds=float(m["sec"]),
+                engine_init_compile_seconds=compile_part,
+            )
+        if self.model_name is None and (m := _SERVED_MODEL.search(line)):
+            return replace(self, model_name=m["name"])
+        return self
+
+
+def read_cold_starts(text: str) -> list[ColdStart]:
+    """Every start a log shows, oldest first (lines before the first start make one too,
+    when they say anything)."""
+    starts: list[ColdStart] = []
+    current = ColdStart()
+    for line in text.splitlines():
+        fed = current.feed(line)
+        if fed.starts != current.starts and current != ColdStart(starts=current.starts):
+            starts.append(current)
+        current = fed
+    if current != ColdStart(starts=current.starts):
+        starts.append(current)
+    return starts
+
+
 class LogFollower:
     """Tails a log file: new lines since the last call, across truncation and rotation."""
 
@@ -163,6 +323,7 @@ class LogFollower:
         self._offset = 0
         self._partial = b""
         self.facts = StartupFacts()
+        self.cold_start = ColdStart()
 
     def poll(self, max_bytes: int = 4 * 1024 * 1024) -> StartupFacts:
         """Read what was appended (at most max_bytes per call) and update the facts."""
@@ -183,5 +344,7 @@ class LogFollower:
         if len(self._partial) > self.max_line_bytes:  # a runaway line: drop it
             self._partial = b""
         for line in lines:
-            self.facts = self.facts.feed(line[: self.max_line_bytes].decode("utf-8", "replace"))
+            text = line[: self.max_line_bytes].decode("utf-8", "replace")
+            self.facts = self.facts.feed(text)
+            self.cold_start = self.cold_start.feed(text)
         return self.facts

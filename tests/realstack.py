@@ -5,11 +5,18 @@ workload is fixed and runs before any test looks at the data:
 
   phase "spec"   right after startup: sequential requests on a repetitive prompt with
                  ngram speculation on (drafts get accepted). Nothing ran before it, so
-                 any window that covers it and ends before "flood" sees only it.
+                 any window that covers it and ends before "flood" sees only it. The
+                 second request waits until the exporter has seen the first (the first
+                 request after a start pays the ngram proposer's compilation).
   quiet          SPEC_QUIET_SECONDS with no traffic: compare windowed values at
                  `spec_compare_at` (end of spec + a few seconds).
   phase "flood"  concurrent long requests on a 4,096-token pool: the pool fills,
                  requests wait, vLLM preempts.
+  phase "fill"   FILL_REQUESTS sampled requests that would outgrow the pool, one token
+                 per step each, until vLLM preempts one (then they are cancelled): the
+                 pool fills slowly enough to watch the KV headroom run out. A second
+                 exporter core, started with the phase, polls vLLM every FINE_POLL_SECONDS
+                 and keeps what each poll published (`RealStack.fine_polls`).
 
 Prometheus scrapes vLLM and the exporter every second and evaluates every rule file in
 alerts/ every second. The exporter runs as its own process (the `glassbox exporter`
@@ -23,11 +30,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +46,9 @@ from typing import Any
 
 import httpx
 import yaml
+from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.service import ExporterConfig, Poller
+from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.lab.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
@@ -47,13 +60,33 @@ SPEC_CONFIG = (
 REPETITIVE_PROMPT = " ".join(["1 2 3 4 5"] * 10)
 EXPORTER_WINDOW_SECONDS = 60.0
 SPEC_QUIET_SECONDS = 12.0
-# 16 sequences of ~620 tokens need ~9,900 tokens of KV: the 4,096-token pool overflows,
-# vLLM preempts, and requests keep waiting at a full pool for several seconds (with 12
-# the full-pool-and-a-queue moment was too short for 1 s scrapes to catch every time).
-# Greedy decoding of random weights repeats itself, so the ngram drafts are accepted
-# and the flood stays short on two CPU cores.
-FLOOD_REQUESTS = 16
+# 12 sequences of ~620 tokens need ~7,400 tokens of KV: the 4,096-token pool overflows
+# and vLLM preempts. Greedy decoding of random weights repeats itself, so the ngram
+# drafts are accepted and the flood stays short on two CPU cores.
+FLOOD_REQUESTS = 12
 FLOOD_MAX_TOKENS = 600
+# 4 requests of up to 2,012 tokens need 8,048: the pool overflows. Sampled at 0.7 the
+# random model's ngram drafts are rejected, so each request grows one token per step.
+FILL_REQUESTS = 4
+FILL_MAX_TOKENS = 2000
+FINE_POLL_SECONDS = 0.25
+# What the fine-grained exporter keeps of each poll (the per-engine series).
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+FINE_POLL_SERIES = frozenset(
+    {
+        "glassbox_kv_cache_used_tokens",
+        "glassbox_kv_cache_free_tokens",
+        "glassbox_kv_cache_headroom_requests",
+        "glassbox_kv_cache_exhaustion_seconds",
+        "glassbox_preemptions_per_second",
+    }
+)
+
+
+@dataclass(frozen=True)
+class FinePoll:
+    at: float  # unix seconds the poll started
+    values: dict[str, float]  # FINE_POLL_SERIES it published, RUNNING and WAITING
 
 
 @dataclass
@@ -108,6 +141,7 @@ class RealStack:
     model_dir: Path
     served_model_name: str
     times: dict[str, float] = field(default_factory=dict)  # unix seconds of phase edges
+    fine_polls: list[FinePoll] = field(default_factory=list)
 
     @property
     def spec_compare_at(self) -> float:
@@ -257,6 +291,85 @@ def _prometheus_config(targets: dict[str, str], rule_files: list[str]) -> dict[s
     }
 
 
+class _KeepingPages:
+    """Wraps an exporter core's fetcher and keeps the last /metrics page it read."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.page = inner, ""
+
+    def get_text(self, path: str, *args: Any, **kwargs: Any) -> str:
+        text: str = self.inner.get_text(path, *args, **kwargs)
+        if path == "/metrics":
+            self.page = text
+        return text
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> None:
+    """A fresh exporter core polling every FINE_POLL_SECONDS, each publication kept (its
+    window starts with it: rates and growth count from then on), with vLLM's running and
+    waiting requests from the same page."""
+    poller = Poller(
+        ExporterConfig(
+            target=vllm_url,
+            interval_seconds=FINE_POLL_SECONDS,
+            window_seconds=EXPORTER_WINDOW_SECONDS,
+            timeout_seconds=0.9,
+        )
+    )
+    pages = _KeepingPages(poller.fetcher)
+    poller.fetcher = pages  # type: ignore[assignment]
+    next_at = time.monotonic()
+    try:
+        while not stop.is_set():
+            at = time.time()
+            if poller.poll_once():
+                values = {
+                    sample.name: sample.value
+                    for family in poller.published
+                    for sample in family.samples
+                    if sample.name in FINE_POLL_SERIES
+                }
+                for sample in read_snapshot(pages.page).engines.values():
+                    values[RUNNING] = sample.gauges.get(s.RUNNING, math.nan)
+                    values[WAITING] = sample.gauges.get(s.WAITING, math.nan)
+                out.append(FinePoll(at, values))
+            next_at = max(next_at + FINE_POLL_SECONDS, time.monotonic())
+            stop.wait(next_at - time.monotonic())
+    finally:
+        poller.fetcher.close()
+
+
+def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
+    """The first poll of the fill phase that shows a request preempted: once the fill
+    requests run and none waits, one waits again (vLLM puts a preempted request back in
+    the queue; its num_preemptions_total counts it only when the request runs again)."""
+    admitted = next(
+        (
+            i
+            for i, p in enumerate(polls)
+            if p.values.get(RUNNING, 0) > 0 and p.values.get(WAITING) == 0
+        ),
+        None,
+    )
+    if admitted is None:
+        return None
+    return next((p for p in polls[admitted:] if p.values.get(WAITING, 0) > 0), None)
+
+
+def _wait_published(exporter_url: str, name: str, timeout_seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            page = httpx.get(exporter_url + "/metrics", timeout=5).text
+            if any(line.startswith(name + "{") for line in page.splitlines()):
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"the exporter did not publish {name} within {timeout_seconds}s")
+
+
 @contextlib.contextmanager
 def real_stack(workdir: Path) -> Iterator[RealStack]:
     if shutil.which("prometheus") is None:
@@ -264,9 +377,11 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
     model_dir = generate(TinyModelSpec("tiny-stack"), workdir / "models")
     exporter: Service | None = None
     prometheus: Service | None = None
+    launched = time.time()
     with vllm_server(workdir, model_dir) as vllm:
         try:
             vllm.wait_ready()
+            ready = time.time()
             exporter_port, prom_port = free_port(), free_port()
             exporter = start_exporter(vllm, model_dir, exporter_port, workdir)
             targets = {
@@ -281,10 +396,12 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
                 model_dir,
                 "tiny",
             )
+            stack.times.update(vllm_launch=launched, vllm_ready=ready)
             # A few scrapes of the idle server first.
             for _ in range(3):
                 wait_scraped(stack.prometheus_url, set(targets), after=time.time())
             _run_workload(stack)
+            _fill_until_preempted(stack)
             yield stack
         finally:
             for service in (prometheus, exporter):
@@ -295,7 +412,7 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
 def _run_workload(stack: RealStack) -> None:
     t = stack.times
     t["spec_start"] = time.time()
-    for _ in range(3):
+    for i in range(3):
         complete(
             stack.vllm.url,
             stack.served_model_name,
@@ -304,23 +421,86 @@ def _run_workload(stack: RealStack) -> None:
             repetition_penalty=1.0,
             ignore_eos=True,
         )
+        if i == 0:  # the exporter sees the first request after the start on its own
+            _wait_published(stack.exporter_url, "glassbox_first_request_prefill_seconds")
     t["spec_end"] = time.time()
     time.sleep(SPEC_QUIET_SECONDS)
-    t["flood_start"] = time.time()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=FLOOD_REQUESTS) as pool:
-        futures = [
-            pool.submit(
-                complete,
-                stack.vllm.url,
-                stack.served_model_name,
-                f"Write an extremely long and detailed essay, number {i}.",
-                FLOOD_MAX_TOKENS,
-                ignore_eos=True,
-            )
-            for i in range(FLOOD_REQUESTS)
-        ]
-        for f in futures:
-            f.result()
+    # One client and a barrier: the requests reach vLLM together, however busy the
+    # machine (a client per request costs a TLS context each, under the GIL, and a slow
+    # start lets the first requests finish before the last ones arrive).
+    together = threading.Barrier(FLOOD_REQUESTS)
+    limits = httpx.Limits(max_connections=FLOOD_REQUESTS)
+    with (
+        httpx.Client(limits=limits, timeout=600) as client,
+        concurrent.futures.ThreadPoolExecutor(max_workers=FLOOD_REQUESTS) as pool,
+    ):
+
+        def send(i: int) -> dict[str, Any]:
+            body = {
+                "model": stack.served_model_name,
+                "prompt": f"Write an extremely long and detailed essay, number {i}.",
+                "max_tokens": FLOOD_MAX_TOKENS,
+                "temperature": 0,
+                "ignore_eos": True,
+            }
+            together.wait()
+            r = client.post(stack.vllm.url + "/v1/completions", json=body)
+            r.raise_for_status()
+            result: dict[str, Any] = r.json()
+            return result
+
+        t["flood_start"] = time.time()
+        list(pool.map(send, range(FLOOD_REQUESTS)))
     t["flood_end"] = time.time()
     # Tests read the end state at flood_end + 2: let Prometheus scrape past it.
     wait_scraped(stack.prometheus_url, {"vllm", "glassbox"}, after=t["flood_end"] + 2)
+
+
+def _fill_until_preempted(stack: RealStack, deadline_seconds: float = 600.0) -> None:
+    t = stack.times
+    poll_stop = threading.Event()
+    poller = threading.Thread(
+        target=_poll_finely, args=(stack.vllm.url, stack.fine_polls, poll_stop), daemon=True
+    )
+    t["fill_start"] = time.time()
+    poller.start()
+    with tempfile.TemporaryFile() as errors:
+        client = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.fill_requests",
+                stack.vllm.url,
+                stack.served_model_name,
+                str(FILL_REQUESTS),
+                str(FILL_MAX_TOKENS),
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
+        try:
+            deadline = time.monotonic() + deadline_seconds  # a hang, not a measurement
+            while first_preemption(stack.fine_polls) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the fill phase never made vLLM preempt")
+                if client.poll() is not None:
+                    errors.seek(0)
+                    seen = [
+                        (p.values.get(RUNNING), p.values.get(WAITING)) for p in stack.fine_polls
+                    ]
+                    raise RuntimeError(
+                        "the fill requests ended before vLLM preempted "
+                        f"(running, waiting per poll: {seen}):\n{errors.read().decode()[-2000:]}"
+                    )
+                time.sleep(FINE_POLL_SECONDS)
+        finally:
+            client.terminate()
+            try:
+                client.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                client.kill()
+                client.wait()
+            poll_stop.set()
+            poller.join(timeout=5)
+    t["fill_end"] = time.time()

@@ -29,15 +29,18 @@ from vllm_glassbox.dashboards import catalog
 from vllm_glassbox.dashboards.cli import main
 from vllm_glassbox.dashboards.common import LAB_ANNOTATION_TAG
 from vllm_glassbox.dashboards.snapshot import (
+    PanelData,
     Prometheus,
     Region,
     Series,
+    TargetData,
     TimeRange,
     format_value,
     legend,
     parse_time,
     query_annotations,
     regions,
+    stacked_bar_cells,
     substitute,
     take_snapshot,
     time_range,
@@ -50,6 +53,7 @@ from vllm_glassbox.lab.server_process import free_port
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, PhaseInfo, Segment
 
 from tests import vllm_metric_names as vllm
+from tests.fixtures import log as fixture_log
 
 REPO = Path(__file__).resolve().parent.parent
 BOARDS = [catalog.as_json(d) for d in catalog.dashboards()]
@@ -203,9 +207,12 @@ def _page(scale: float) -> str:
         f"vllm:spec_decode_num_draft_tokens_total{{{e}}} {100 * scale}",
         f"vllm:spec_decode_num_accepted_tokens_total{{{e}}} {60 * scale}",
         f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{e},position="0"}} {18 * scale}',
+        # Nothing finished at the first poll: the next requests are the first after start.
+        f"vllm:request_prefill_time_seconds_sum{{{e}}} {0.5 * (scale - 1)}",
+        f"vllm:request_prefill_time_seconds_count{{{e}}} {2 * (scale - 1)}",
         f"vllm:num_requests_running{{{e}}} 2",
         f"vllm:num_requests_waiting{{{e}}} 1",
-        f"vllm:kv_cache_usage_perc{{{e}}} 0.5",
+        f"vllm:kv_cache_usage_perc{{{e}}} {min(0.25 * scale, 1.0)}",  # the pool fills
         'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="256"} 1',
         "process_start_time_seconds 1700000000",
     ]
@@ -233,9 +240,9 @@ class _GrowingVllm(BaseHTTPRequestHandler):
 
 
 def _exporter_families(tmp_path: Path) -> dict[str, str]:
-    """Sample name -> family type, of everything the exporter serves after two polls."""
+    """Sample name -> family type, of everything the exporter serves after three polls."""
     log = tmp_path / "vllm.log"
-    log.write_text("INFO 11-29 16:00:00 [gpu_worker.py:298] Available KV cache memory: 1.5 GiB\n")
+    log.write_text(fixture_log("v0.11.0-coldstart.log"))  # a whole start, every stage
     server = ThreadingHTTPServer(("127.0.0.1", 0), _GrowingVllm)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -247,7 +254,8 @@ def _exporter_families(tmp_path: Path) -> dict[str, str]:
             interval_seconds=1.0,
         )
         poller = Poller(config)
-        assert poller.poll_once() and poller.poll_once()
+        # Three polls: the warm prefill mean needs requests after the first ones.
+        assert poller.poll_once() and poller.poll_once() and poller.poll_once()
         return {s.name: f.type for f in make_registry(poller).collect() for s in f.samples}
     finally:
         server.shutdown()
@@ -592,6 +600,26 @@ def test_legends_follow_grafanas_format() -> None:
     )
     assert legend("{{model_name}} ({{job}})", labels) == "tiny"  # absent label: empty
     assert legend("", labels) == 'x{engine="0", instance="h:1", model_name="tiny"}'
+
+
+def test_stacked_bars_group_instant_values_by_two_labels_as_grafana_does() -> None:
+    board = next(b for b in BOARDS if b["uid"] == "glassbox-overview")
+    [panel] = [p for p in _panels(board) if p["type"] == "barchart"]
+    stage_series = [
+        Series("", {"start": start, "stage": stage}, (0.0,), (value,))
+        for start, stage, value in [
+            ("11-30 03:41:34", "weights_load", 0.8),
+            ("11-30 03:41:34", "compile", 28.9),
+            ("11-29 16:19:12", "weights_load", 0.04),
+            ("11-29 16:19:12", "engine_init", 120.6),
+        ]
+    ]
+    data = PanelData("glassbox-overview", panel, (TargetData("A", "x", tuple(stage_series)),))
+    bars, stacks, cells = stacked_bar_cells(data)
+    assert bars == ["11-29 16:19:12", "11-30 03:41:34"]
+    assert stacks == ["weights_load", "compile", "engine_init"]
+    assert cells[("11-30 03:41:34", "compile")] == 28.9
+    assert ("11-29 16:19:12", "compile") not in cells  # absent, drawn as nothing
 
 
 # --- snapshot: against a real Prometheus holding known data -------------------------------

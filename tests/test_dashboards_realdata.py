@@ -30,6 +30,8 @@ pytestmark = pytest.mark.vllm
 NOT_ON_THE_STACK = {
     ("Lab phase", "A"): "no lab runs beside the stack; the lab serves glassbox_lab_phase_info "
     "only while one of its phases runs",
+    ("Process start to ready", "B"): "the stack starts vLLM once: no previous start to "
+    "compare with",
 }
 
 

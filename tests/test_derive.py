@@ -476,3 +476,82 @@ def test_a_new_process_restarts_every_counter_even_those_that_grew() -> None:
     assert not derive.process_restarted(None, 2.0)
     assert not derive.process_restarted(1.0, None)
     assert not derive.process_restarted(1.0, 1.0)
+
+
+# --- KV headroom --------------------------------------------------------------------------
+
+
+def test_mid_flood_the_full_pool_has_no_free_tokens_and_no_headroom() -> None:
+    sample = read_snapshot(page("cpu-0.32/flood-mid.txt")).engines[TINY]
+    used = derive.kv_cache_used_tokens(sample.gauges[s.KV_USAGE], 4096)
+    assert sample.gauges[s.RUNNING] == 11 and used == 4096
+    assert derive.kv_cache_free_tokens(used, 4096) == 0
+    assert derive.kv_cache_headroom_requests(used, 4096, sample.gauges[s.RUNNING]) == 0
+
+
+def test_headroom_counts_whole_requests_of_the_current_mean_size() -> None:
+    # 12 requests hold 1,536 of 4,096 tokens: 128 each, so 2,560 free tokens fit 20 more.
+    assert derive.kv_cache_mean_request_tokens(1536.0, 12) == 128
+    assert derive.kv_cache_headroom_requests(1536.0, 4096, 12) == 20
+    # 2,000 free tokens at 300 per request: 6 more whole requests, not 6.67.
+    assert derive.kv_cache_headroom_requests(2096.0, 4096, 2096 / 300) == 6
+    # A pool used beyond its capacity (rounding) has 0 free, never negative.
+    assert derive.kv_cache_free_tokens(4100.0, 4096) == 0
+
+
+def test_headroom_is_absent_without_a_running_request_or_a_pool() -> None:
+    assert derive.kv_cache_headroom_requests(0.0, 4096, 0) is None  # idle: no mean size
+    assert derive.kv_cache_headroom_requests(0.0, 4096, 3) is None  # nothing held yet
+    assert derive.kv_cache_headroom_requests(None, 4096, 3) is None
+    assert derive.kv_cache_headroom_requests(1024.0, None, 3) is None
+    assert derive.kv_cache_free_tokens(None, 4096) is None
+
+
+def test_exhaustion_is_free_tokens_over_the_growth_rate_only_while_growing() -> None:
+    assert derive.kv_cache_exhaustion_seconds(1000.0, 500.0, 10.0) == 20.0
+    assert derive.kv_cache_exhaustion_seconds(0.0, 500.0, 10.0) == 0.0  # full and growing
+    assert derive.kv_cache_exhaustion_seconds(1000.0, 0.0, 10.0) is None  # flat
+    assert derive.kv_cache_exhaustion_seconds(1000.0, -300.0, 10.0) is None  # draining
+    assert derive.kv_cache_exhaustion_seconds(1000.0, 500.0, 0.0) is None  # no span
+    assert derive.kv_cache_exhaustion_seconds(None, 500.0, 10.0) is None
+
+
+# --- the first request after a start ------------------------------------------------------
+
+
+def _prefill(name: str) -> tuple[float, float]:
+    counters = read_snapshot(page(name)).engines[TINY].counters
+    return counters[s.PREFILL_SUM], counters[s.PREFILL_COUNT]
+
+
+def test_the_first_request_after_a_start_pays_the_ngram_jit_and_the_warm_mean_does_not() -> None:
+    # Captured: the spec server right after start, then after one and two requests.
+    first = derive.FirstRequests(*_prefill("cpu-0.32/spec-after-1x256.txt"), at=10.0)
+    assert first.prefill_count == 1
+    cold = derive.first_request_prefill_seconds(first)
+    assert cold == pytest.approx(1.947, abs=1e-3)
+    window = between("cpu-0.32/spec-idle.txt", "cpu-0.32/spec-after-2x256.txt", seconds=20.0)
+    warm = derive.warm_request_prefill_seconds(window, first, window_start=0.0)
+    second_sum = _prefill("cpu-0.32/spec-after-2x256.txt")[0] - first.prefill_sum
+    assert warm == pytest.approx(second_sum)  # the second request alone
+    assert warm is not None and cold > 20 * warm
+    # Counted with the first request, the mean would hide the difference in between.
+    assert derive.request_prefill_seconds(window) == pytest.approx((cold + warm) / 2)
+
+
+def test_warm_mean_leaves_the_first_requests_out_only_when_the_window_holds_them() -> None:
+    first = derive.FirstRequests(prefill_sum=2.0, prefill_count=1, at=100.0)
+    d = Increase({s.PREFILL_SUM: 0.3, s.PREFILL_COUNT: 3}, 60.0)
+    assert derive.warm_request_prefill_seconds(d, first, window_start=100.0) == pytest.approx(0.1)
+    with_first = Increase({s.PREFILL_SUM: 2.2, s.PREFILL_COUNT: 3}, 60.0)
+    assert derive.warm_request_prefill_seconds(with_first, first, 90.0) == pytest.approx(0.1)
+    only_first = Increase({s.PREFILL_SUM: 2.0, s.PREFILL_COUNT: 1}, 60.0)
+    assert derive.warm_request_prefill_seconds(only_first, first, 90.0) is None
+    assert derive.first_request_prefill_seconds(None) is None
+
+
+def test_load_bandwidth_is_weights_over_the_load_stage() -> None:
+    assert derive.model_load_bytes_per_second(15.3e9, 0.5) == 30.6e9
+    assert derive.model_load_bytes_per_second(None, 0.5) is None
+    assert derive.model_load_bytes_per_second(15.3e9, None) is None
+    assert derive.model_load_bytes_per_second(15.3e9, 0.0) is None

@@ -31,6 +31,7 @@ from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.exporter.textformat import parse_samples
 
+from tests.fixtures import LOGS
 from tests.fixtures import page as fixture_page
 from tests.vllm_metric_names import IN_EVERY_SUPPORTED_VERSION, sample_names_shown_in
 
@@ -641,7 +642,7 @@ def serve_pages(pages: list[str]) -> Iterator[str]:
 def exporter_series_names() -> frozenset[str]:
     """Every sample name the exporter publishes after polling two pages captured from the
     real vLLM (speculating, mid-flood: requests waiting, preemptions), with weights and
-    peak bandwidth known."""
+    peak bandwidth known, following the same server's startup log."""
     pages = [fixture_page("cpu-0.32/spec-after-2x256.txt"), fixture_page("cpu-0.32/flood-mid.txt")]
     with serve_pages(pages) as url:
         clock = functools.partial(next, itertools.count(0.0, 15.0))  # polls 30 s apart
@@ -653,6 +654,7 @@ def exporter_series_names() -> frozenset[str]:
                 timeout_seconds=5.0,
                 weights_bytes=2e9,
                 peak_bandwidth=1e12,
+                vllm_log=str(LOGS / "cpu-0.32-spec-startup.log"),
             ),
             clock=clock,
         )

@@ -6,8 +6,17 @@ import os
 from pathlib import Path
 
 import pytest
+from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.model import resolve_layout, resolve_weights
-from vllm_glassbox.exporter.startup_log import GIB, LogFollower, StartupFacts, read_facts
+from vllm_glassbox.exporter.startup_log import (
+    GIB,
+    ColdStart,
+    LogFollower,
+    StartupFacts,
+    log_time,
+    read_cold_starts,
+    read_facts,
+)
 
 from tests.fixtures import log
 
@@ -325,3 +334,141 @@ def test_real_cpu_dp2_log_says_one_per_engine_the_page_says_two() -> None:
     assert resolve_layout(facts).data == 1
     assert resolve_layout(facts, tensor_flag=4, pipeline_flag=2).shards == 8
     assert facts.kv_cache_tokens == 16_384  # each engine its own pool
+
+
+# --- cold start: the stages of each start ------------------------------------------------
+
+
+def test_real_cuda_0_24_start_by_stage() -> None:
+    # vLLM 0.24.0 on 2 × H200, TP=2, torch.compile and CUDA graphs on (a real capture).
+    [cold] = read_cold_starts(log("cuda-0.24.0-tp2.log"))
+    assert cold.model_name == "q"
+    assert (str(cold.started_at), str(cold.ready_at)) == ("11-30 03:41:34", "11-30 03:43:37")
+    stages = derive.startup_stages(cold)
+    assert stages.total == 123.0
+    assert stages.weights_load == 0.817651  # "Model loading took 7.16 GiB memory and …"
+    assert stages.compile == 28.87  # init engine's "(compilation: 28.87 s)", vLLM's own sum
+    assert stages.cuda_graphs == 8.0  # "Graph capturing finished in 8 secs"
+    assert stages.engine_init == pytest.approx(51.14 - 28.87 - 8)
+    assert stages.other == pytest.approx(123 - 0.817651 - 51.14)
+    assert sum(stages.by_stage().values()) == pytest.approx(stages.total)
+
+
+def test_real_cpu_0_32_start_has_no_compile_or_graph_stage() -> None:
+    # The CPU build logs neither torch.compile's total nor a graph capture: absent, not 0.
+    [cold] = read_cold_starts(log("cpu-0.32-spec-startup.log"))
+    stages = derive.startup_stages(cold)
+    assert cold.model_name == "tiny"
+    assert stages.by_stage() == pytest.approx(
+        {"weights_load": 0.04, "engine_init": 120.59, "other": 186 - 0.04 - 120.59}
+    )
+    assert stages.total == 186.0  # 16:19:12 (banner) to 16:22:18 (Starting vLLM server on)
+
+
+def test_v0_11_start_compile_takes_graphs_per_rank_and_the_api_server_ready_line() -> None:
+    [cold] = read_cold_starts(log("v0.11.0-coldstart.log"))
+    stages = derive.startup_stages(cold)
+    assert cold.model_name == "qwen-awq"
+    assert stages.weights_load == 4.118342  # the slower of the two TP ranks
+    assert stages.compile == 24.31  # "torch.compile takes 24.31 s in total"
+    assert stages.cuda_graphs == 9.0  # the slower rank: 9 secs against 8
+    assert stages.engine_init == pytest.approx(39.86 - 24.31 - 9)
+    assert stages.total == 75.0  # 12:00:04 → "Starting vLLM API server 0 on" at 12:01:19
+
+
+def test_tagged_compiles_add_up_and_the_engine_init_total_wins() -> None:
+    lines = [
+        "(APIServer pid=1) INFO 11-20 08:00:04 [api_utils.py:1] vLLM server version 0.33.0, "
+        "serving model m",
+        "(Worker pid=9) INFO 11-20 08:00:40 [monitor.py:1] [backbone] torch.compile took "
+        "12.50 s in total",
+        "(Worker pid=9) INFO 11-20 08:00:45 [monitor.py:1] [eagle_head] torch.compile and "
+        "initial profiling/warmup run together took 3.25 s in total",
+    ]
+    cold = read_cold_starts("\n".join(lines))[0]
+    assert derive.startup_stages(cold).compile == 15.75  # two models, one after the other
+    init = (
+        "(EngineCore pid=5) INFO 11-20 08:01:02 [core.py:1] init engine (profile, create kv "
+        "cache, warmup model) took 40.00 s (compilation: 16.10 s — language_model: 12.90 s, "
+        "encoder: 3.20 s)"
+    )
+    stages = derive.startup_stages(cold.feed(init))
+    assert (stages.compile, stages.engine_init) == (16.10, pytest.approx(40.0 - 16.10))
+    assert stages.total is None and stages.other is None  # not ready yet
+
+
+def test_stages_a_version_does_not_log_are_absent_never_zero() -> None:
+    # v0.14's hand-written log: weights and init engine, no compile, graphs or ready line.
+    [cold] = read_cold_starts(log("v0.14.0.log"))
+    stages = derive.startup_stages(cold)
+    assert set(stages.by_stage()) == {"weights_load", "engine_init"}
+    assert stages.total is None
+
+
+def test_every_start_of_a_log_is_its_own() -> None:
+    first, second = read_cold_starts(log("v0.14.0-restart.log"))
+    assert (str(first.started_at), str(second.started_at)) == ("01-20 08:00:04", "01-20 09:10:04")
+    assert derive.startup_stages(first).weights_load == 2.901173
+    assert derive.startup_stages(second).weights_load == 2.731021
+    assert second.starts == 2
+
+
+def test_a_log_without_a_version_line_still_gives_its_stages_but_no_total() -> None:
+    [cold] = read_cold_starts(
+        "(Worker pid=9) INFO 01-01 00:00:10 [l.py:1] Loading weights took 3.50 seconds\n"
+        "(APIServer pid=1) INFO 01-01 00:01:00 [e.py:1] Starting vLLM server on http://x:8000\n"
+    )
+    stages = derive.startup_stages(cold)
+    assert stages.weights_load == 3.5
+    assert stages.total is None and cold.start_label == ""
+
+
+def test_only_the_first_api_server_ready_line_counts() -> None:
+    text = "\n".join(
+        f"(APIServer_{i} pid={i}) INFO 01-01 00:0{i}:00 [a.py:1] Starting vLLM API server {i} "
+        "on http://0.0.0.0:8000"
+        for i in (1, 2)
+    )
+    cold = ColdStart(started_at=log_time("INFO 01-01 00:00:00 x")).feed(text.splitlines()[0])
+    assert str(cold.feed(text.splitlines()[1]).ready_at) == "01-01 00:01:00"
+
+
+@pytest.mark.parametrize(
+    ("start", "ready", "seconds"),
+    [
+        ("12-31 23:59:30", "01-01 00:00:45", 75.0),  # across New Year
+        ("02-28 23:59:00", "03-01 00:01:00", 120.0),  # a common year
+        ("02-28 23:59:00", "02-29 00:01:00", 120.0),  # a leap year
+        ("07-04 10:00:00", "07-05 10:00:00", 86400.0),
+    ],
+)
+def test_log_times_without_a_year(start: str, ready: str, seconds: float) -> None:
+    a, b = log_time(f"INFO {start} [x.py:1] a"), log_time(f"INFO {ready} [x.py:1] b")
+    assert a is not None and b is not None
+    assert a.seconds_until(b) == seconds
+
+
+def test_timestamps_in_grey_ansi_and_invalid_dates() -> None:
+    coloured = "(APIServer pid=1) INFO \x1b[90m11-29 16:19:12\x1b[0m [a.py:1] x"
+    assert str(
+        ColdStart().feed(coloured.replace("x", "vLLM server version 0.32.0")).started_at
+    ) == ("11-29 16:19:12")
+    assert log_time("INFO 13-45 10:00:00 [x.py:1] not a date") is None
+    assert log_time("INFO:     Application startup complete.") is None
+
+
+def test_follower_keeps_the_latest_start(tmp_path: Path) -> None:
+    path = tmp_path / "vllm.log"
+    path.write_text(log("v0.14.0-restart.log"))
+    follower = LogFollower(str(path))
+    follower.poll()
+    assert str(follower.cold_start.started_at) == "01-20 09:10:04"
+    _append(path, log("v0.11.0-coldstart.log"))
+    follower.poll()
+    assert derive.startup_stages(follower.cold_start).total == 75.0
+
+
+def test_the_lab_gets_the_last_starts_stages_from_a_whole_log() -> None:
+    stages = derive.latest_startup_stages(log("v0.14.0-restart.log"))
+    assert stages is not None and stages.weights_load == 2.731021  # the second start
+    assert derive.latest_startup_stages("no vLLM here\n") is None

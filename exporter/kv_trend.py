@@ -1,0 +1,70 @@
+"""How fast each engine's KV pool fills: used tokens over the window.
+
+The history of counters (`history.py`) cannot say this: used tokens are a gauge. This
+keeps one reading per poll and engine, bounded like the history, and gives the growth
+from the oldest poll in the window to the latest.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .derive import kv_cache_capacity_tokens, kv_cache_used_tokens
+from .snapshot import KV_USAGE, EngineKey, Snapshot
+
+
+def used_tokens(snapshot: Snapshot, logged_tokens: int | None = None) -> dict[EngineKey, float]:
+    """Used KV tokens of every engine whose pool is known, as of one poll (the pool by the
+    core's one rule: the page, else the log's `logged_tokens`)."""
+    used: dict[EngineKey, float] = {}
+    for key, sample in snapshot.engines.items():
+        capacity = kv_cache_capacity_tokens(snapshot.cache_for(key), logged_tokens)
+        tokens = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
+        if tokens is not None:
+            used[key] = tokens
+    return used
+
+
+@dataclass(frozen=True)
+class Growth:
+    """Used tokens gained (negative when the pool drained) over `seconds`."""
+
+    tokens: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Reading:
+    at: float  # monotonic seconds
+    used: Mapping[EngineKey, float]
+
+
+class UsedTokensTrend:
+    def __init__(self, window_seconds: float, max_entries: int) -> None:
+        self.window_seconds = window_seconds
+        self._readings: deque[_Reading] = deque(maxlen=max(max_entries, 2))
+
+    def add(self, at: float, used: Mapping[EngineKey, float]) -> None:
+        self._readings.append(_Reading(at, dict(used)))
+
+    def growth(self) -> dict[EngineKey, Growth]:
+        """Per engine, from the oldest poll inside the window that saw it (in an unbroken
+        run up to the latest poll) to the latest; an engine needs two such polls."""
+        if len(self._readings) < 2:
+            return {}
+        latest = self._readings[-1]
+        horizon = latest.at - self.window_seconds
+        out: dict[EngineKey, Growth] = {}
+        for key, now in latest.used.items():
+            start: _Reading | None = None
+            for reading in reversed(self._readings):
+                if reading is latest:
+                    continue
+                if reading.at < horizon - 1e-9 or key not in reading.used:
+                    break
+                start = reading
+            if start is not None:
+                out[key] = Growth(now - start.used[key], latest.at - start.at)
+        return out
