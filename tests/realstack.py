@@ -60,10 +60,12 @@ SPEC_CONFIG = (
 REPETITIVE_PROMPT = " ".join(["1 2 3 4 5"] * 10)
 EXPORTER_WINDOW_SECONDS = 60.0
 SPEC_QUIET_SECONDS = 12.0
-# 12 sequences of ~620 tokens need ~7,400 tokens of KV: the 4,096-token pool overflows
-# and vLLM preempts. Greedy decoding of random weights repeats itself, so the ngram
-# drafts are accepted and the flood stays short on two CPU cores.
-FLOOD_REQUESTS = 12
+# 16 sequences of ~620 tokens need ~9,900 tokens of KV: the 4,096-token pool overflows,
+# vLLM preempts, and preempted requests wait at a full pool. (With 12 the full pool and
+# the queue coincided too briefly for a 1 s scrape to catch it on a busy machine.)
+# Greedy decoding of random weights repeats itself, so the ngram drafts are accepted
+# and the flood stays short on two CPU cores.
+FLOOD_REQUESTS = 16
 FLOOD_MAX_TOKENS = 600
 # 4 requests of up to 2,012 tokens need 8,048: the pool overflows. Sampled at 0.7 the
 # random model's ngram drafts are rejected, so each request grows one token per step.
