@@ -154,6 +154,12 @@ def _traffic(vllm: ServerProcess) -> None:
         )
 
 
+def _traffic_until_window(vllm: ServerProcess, exporter_url: str, seconds: float) -> None:
+    """Traffic until the exporter's window spans `seconds` of polls."""
+    while (_exporter_value(exporter_url, "glassbox_window_covered_seconds") or 0.0) < seconds:
+        _traffic(vllm)
+
+
 @pytest.fixture(scope="module")
 def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
     work = tmp_path_factory.mktemp("chaos")
@@ -176,9 +182,8 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
         exporter = start_exporter(vllm, model_dir, exporter_port, work)
         wait_scraped(run.prometheus_url, set(jobs), after=time.time())
         t["start"] = time.time()
-        # Speculative requests first, so that every derived series has a past.
-        for _ in range(3):
-            complete(vllm.url, MODEL, REPETITIVE_PROMPT, 128, repetition_penalty=1.0)
+        # Speculative traffic first, so that every derived series has a past to compare.
+        _traffic_until_window(vllm, exporter_url, MIN_SPAN_SECONDS + 5)
 
         # The flood, and SIGKILL once vLLM preempts: requests in flight, pool full.
         cut = threading.Event()
@@ -217,10 +222,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
         exporter = start_exporter(vllm, model_dir, exporter_port, work)
         t["exporter_start"] = time.time()
         wait_scraped(run.prometheus_url, {"glassbox"}, after=t["exporter_start"])
-        while (_exporter_value(exporter_url, "glassbox_window_covered_seconds") or 0.0) < (
-            MIN_SPAN_SECONDS + 2
-        ):
-            _traffic(vllm)
+        _traffic_until_window(vllm, exporter_url, MIN_SPAN_SECONDS + 2)
 
         # Prometheus, restarted on the same TSDB.
         t["prometheus_stop"] = time.time()
@@ -228,7 +230,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
         prometheus = start_prometheus(work, jobs, prometheus_port)
         t["prometheus_start"] = time.time()
         wait_scraped(run.prometheus_url, set(jobs), after=t["prometheus_start"])
-        _traffic(vllm)
+        _traffic_until_window(vllm, exporter_url, 3 * MIN_SPAN_SECONDS)
         # The exporter polls the last counters, and Prometheus scrapes it after that.
         wait_scraped(run.prometheus_url, set(jobs), after=time.time() + 2)
         t["end"] = time.time()
@@ -341,11 +343,14 @@ def test_a_restart_is_not_a_preemption_storm(chaos: Chaos) -> None:
     after_restart = [
         float(v) for series in restarted for ts, v in series["values"] if float(ts) > t["kill"]
     ]
+    pending = (
+        f"from {min(storm) - t['kill']:.0f}s to {max(storm) - t['kill']:.0f}s after the kill"
+        if storm
+        else "never"
+    )
     print(
         f"{chaos.preempted_before_kill:g} preemptions before the kill, "
-        f"{max(after_restart, default=0):g} after the restart; storm pending from "
-        f"{min(storm, default=math.nan) - t['kill']:.0f}s to "
-        f"{max(storm, default=math.nan) - t['kill']:.0f}s after the kill"
+        f"{max(after_restart, default=0):g} after the restart; storm pending {pending}"
     )
     # The restarted vLLM preempted nothing, and the storm's 2-minute window holds the
     # real preemptions from before the kill for 2 minutes at most: the restart itself
