@@ -318,7 +318,8 @@ def _scraped_targets(prometheus: str, jobs: set[str]) -> dict[str, dict[str, Any
     found: dict[str, dict[str, Any]] = {}
 
     def scraped() -> bool:
-        with contextlib.suppress(httpx.HTTPError):
+        # Until its storage is up Prometheus answers 503 "Service Unavailable" (not JSON).
+        with contextlib.suppress(httpx.HTTPError, ValueError):
             answer = httpx.get(prometheus + "/api/v1/targets", timeout=5).json()
             for target in answer["data"]["activeTargets"]:
                 if target["health"] != "unknown":
