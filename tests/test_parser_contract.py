@@ -33,6 +33,30 @@ def test_kept_log_is_read_without_an_error_and_with_finite_facts(path: Path) -> 
     check_log(path.read_bytes())
 
 
+FOUND_PAGES = [p for p in PAGES if p.name.startswith("found-")]
+FOUND_LOGS = [p for p in LOGS if p.name.startswith("found-")]
+
+
+@pytest.mark.parametrize("path", FOUND_PAGES, ids=[p.name for p in FOUND_PAGES])
+def test_a_page_the_fuzzer_kept_keeps_its_outcome(path: Path) -> None:
+    """The smallest input the fuzz run found for each outcome (read, or each reason it
+    reached), named found-<outcome>-<sha1>: a change that reclassifies it shows here."""
+    outcome = path.name.split("-", 1)[1].rsplit("-", 1)[0]
+    result = check_page(path.read_bytes())
+    got = "not-utf8" if result is None else "read" if isinstance(result, Snapshot) else None
+    if isinstance(result, PageError):
+        got = result.reason
+    assert got == outcome
+
+
+@pytest.mark.parametrize("path", FOUND_LOGS, ids=[p.name for p in FOUND_LOGS])
+def test_a_log_the_fuzzer_kept_still_gives_its_fact(path: Path) -> None:
+    """The smallest input the fuzz run found that sets each startup fact, named
+    found-<fact>-<sha1>."""
+    fact = path.name.split("-", 1)[1].rsplit("-", 1)[0]
+    assert getattr(check_log(path.read_bytes()), fact) not in (None, {}, 0)
+
+
 def test_a_duplicate_series_is_named_in_a_bounded_message() -> None:
     # Found by the page fuzzer: the message printed the whole label set, so a page with
     # long labels put kilobytes into one log line at every failing poll.
