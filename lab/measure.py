@@ -91,9 +91,9 @@ class VllmClient:
     def close(self) -> None:
         self._http.close()
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, timeout: float = 10.0) -> Snapshot:
         try:
-            r = self._http.get(self.url + "/metrics", timeout=10.0)
+            r = self._http.get(self.url + "/metrics", timeout=timeout)
             r.raise_for_status()
             return read_snapshot(r.text)
         except (httpx.HTTPError, PageError) as e:
@@ -143,23 +143,43 @@ class VllmClient:
         after = self.settled_snapshot(before, sum(c.completion_tokens for c in done), len(done))
         return Measured(done, increase(before, after, time.monotonic() - started))
 
+    def measure_each(self, bodies: Sequence[Mapping[str, Any]]) -> list[Measured]:
+        """Send the requests one after the other, each with its own increase around it
+        (so their spread can be told)."""
+        out = []
+        before = self.snapshot()
+        for body in bodies:
+            started = time.monotonic()
+            done = self.complete(body)
+            after = self.settled_snapshot(before, done.completion_tokens, 1)
+            out.append(Measured((done,), increase(before, after, time.monotonic() - started)))
+            before = after
+        return out
+
 
 class Sampler:
     """Polls /metrics on a fixed period in the background (timeline, live progress).
 
-    `on_sample(t, snapshot)` is called with seconds since start; a failed poll is skipped.
+    It runs apart from the request load: its own thread and its own HTTP connection, on
+    a schedule that does not wait for the requests. `on_sample(t, snapshot, latency)` gets
+    each page with the seconds since start when it arrived and how long the poll took; a
+    poll that fails or outlasts its deadline goes to `on_missed(t, error)` — recorded,
+    never skipped silently — and the next poll follows at once.
     """
 
     def __init__(
         self,
         client: VllmClient,
         period: float,
-        on_sample: Callable[[float, Snapshot], None],
+        on_sample: Callable[[float, Snapshot, float], None],
         clock: Callable[[], float] = time.monotonic,
+        on_missed: Callable[[float, str], None] = lambda t, error: None,
     ) -> None:
-        self.client = client
+        self.client = VllmClient(client.url, client.model)  # its own connection
         self.period = period
+        self.deadline = max(2.0 * period, 2.0)  # a poll may be late; past this it failed
         self.on_sample = on_sample
+        self.on_missed = on_missed
         self.clock = clock
         self.errors = 0
         self._stop = threading.Event()
@@ -173,15 +193,19 @@ class Sampler:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=15.0)
+        self._thread.join(timeout=self.deadline + 5.0)
+        self.client.close()
 
     def sample_now(self) -> None:
+        sent = self.clock()
         try:
-            snapshot = self.client.snapshot()
-        except LabError:
+            snapshot = self.client.snapshot(timeout=self.deadline)
+        except LabError as e:
             self.errors += 1
+            self.on_missed(self.clock() - self._start, str(e))
             return
-        self.on_sample(self.clock() - self._start, snapshot)
+        now = self.clock()
+        self.on_sample(now - self._start, snapshot, now - sent)
 
     def _run(self) -> None:
         next_at = self._start
@@ -189,6 +213,6 @@ class Sampler:
             self.sample_now()
             next_at += self.period
             now = self.clock()
-            if next_at < now:  # fell behind: keep the period, skip the missed ticks
-                next_at = now + self.period
+            if next_at < now:  # the poll was late: poll again now, the period from here
+                next_at = now
             self._stop.wait(max(0.0, next_at - now))
