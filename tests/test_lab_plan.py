@@ -467,3 +467,21 @@ def test_kubernetes_run_without_a_cluster_configuration_is_refused_cleanly(
     err = capsys.readouterr().err
     assert "cannot set up the kubernetes backend: no Kubernetes configuration" in err
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_running_a_local_plan_needs_neither_grafanalib_nor_kubernetes() -> None:
+    """The GPU machine has vLLM's and glassbox's run-time needs only (no grafanalib, no
+    Kubernetes client): a local run must not import them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from vllm_glassbox.lab import cli, demo, local, report, runner, sidecar\n"
+        "from vllm_glassbox.lab.plan import load_plan, packaged_plan\n"
+        "load_plan(packaged_plan('gpu-7b'))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('grafanalib', 'kubernetes', 'promql_parser')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
