@@ -21,6 +21,7 @@ from vllm_glassbox.exporter.derive import Increase
 from vllm_glassbox.exporter.service import resolve_checkpoint_weights
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.exporter.startup_log import StartupFacts, read_facts
+from vllm_glassbox.exporter.weights import estimate_from_config
 
 from . import findings
 from .measure import Completion, gauge_max, gauge_total, increase
@@ -92,6 +93,7 @@ def startup_facts(
         log_path=log_path,
         quantization=engine_quantization(startup_log) or config_quantization(model_dir),
         load_format=engine_setting(startup_log, "load_format"),
+        unquantized_bytes=unquantized_weights(model_dir),
         stages=startup_stages(facts),
         default_repetition_penalty=generation_default(model_dir, "repetition_penalty"),
     )
@@ -131,6 +133,19 @@ def config_quantization(model_dir: str | None) -> str | None:
     quant = _model_config(model_dir, "config.json").get("quantization_config")
     method = quant.get("quant_method") if isinstance(quant, dict) else None
     return str(method) if method else None
+
+
+def unquantized_weights(model_dir: str | None) -> float | None:
+    """The checkpoint's shape at 16 bits (the core's estimate from config.json, without
+    its quantization_config)."""
+    config = _model_config(model_dir, "config.json")
+    if not config:
+        return None
+    plain = {k: v for k, v in config.items() if k != "quantization_config"}
+    try:
+        return float(estimate_from_config({**plain, "torch_dtype": "bfloat16"}))
+    except ValueError:
+        return None
 
 
 def generation_default(model_dir: str | None, key: str) -> float | None:

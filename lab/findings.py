@@ -90,24 +90,33 @@ def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float
 
 
 def full_size_variants(variants: Sequence[VariantResult]) -> dict[str, str]:
-    """Quantized variants whose weights are as large as an unquantized variant's.
+    """Quantized variants that vLLM loaded at full size: name -> what they match.
 
     vLLM may serve a quantized checkpoint unquantized (a GPTQ folder whose quantized
     modules it cannot find): same weights, same KV pool as BF16. Such a variant is no
-    point of the line. Name -> the unquantized variant it matches.
+    point of the line. Its weights are compared with its own shape at 16 bits when the
+    lab can read its config ("its 16-bit size"); else with the unquantized variants of
+    the phase, taken to be the same model in another precision (as in a plan comparing
+    precisions of one model).
     """
-    weights: dict[str, tuple[float, bool]] = {
-        v.name: (v.startup.weights_bytes, bool(v.startup.quantization))
+    weights = {
+        v.name: (v.startup.weights_bytes, v.startup.quantization, v.startup.unquantized_bytes)
         for v in variants
         if v.startup and v.startup.weights_bytes
     }
     plain = sorted(
-        ((size, name) for name, (size, quantized) in weights.items() if not quantized),
+        ((size, name) for name, (size, quantized, _) in weights.items() if not quantized),
         reverse=True,
     )
     out: dict[str, str] = {}
-    for name, (size, quantized) in weights.items():
-        match = next((p for s, p in plain if quantized and size >= FULL_SIZE_SHARE * s), None)
+    for name, (size, quantized, full) in weights.items():
+        if not quantized:
+            continue
+        if full is not None:
+            if size >= FULL_SIZE_SHARE * full:
+                out[name] = "its 16-bit size"
+            continue
+        match = next((p for s, p in plain if size >= FULL_SIZE_SHARE * s), None)
         if match is not None:
             out[name] = match
     return out
@@ -168,10 +177,12 @@ def fit_tpot(
         verdict, reason = FITTED, None
         if v.name in full_size:
             verdict = FULL_SIZE
+            like = full_size[v.name]
+            like_words = like if like == "its 16-bit size" else f"{like}'s"
             reason = (
-                f"its weights ({gib:.3g} GiB) are as large as {full_size[v.name]}'s: vLLM "
-                f"did not quantize it ({v.startup.quantization if v.startup else '?'}), so its "
-                f"TPOT and KV pool are {full_size[v.name]}'s — not a point of the line"
+                f"its weights ({gib:.3g} GiB) are as large as {like_words}: vLLM did not "
+                f"quantize it ({v.startup.quantization if v.startup else '?'}), so its TPOT "
+                "and KV pool are those of the unquantized model — not a point of the line"
             )
         elif v.name not in names:
             if abs(error) <= tolerance:

@@ -230,12 +230,15 @@ def render_markdown(results: LabResults) -> str:
             f"{results.peak.source}.",
             "",
         ]
-    if any(st.load_format == "dummy" for st in _startups(results)):
+    dummy = [s.segment for s in results.segments if s.startup and s.startup.load_format == "dummy"]
+    if dummy:
+        everywhere = len(dummy) == len(results.segments)
         out += [
-            "The weights were random (vLLM's `--load-format dummy`, real shapes and dtypes): "
-            "memory, KV capacity, decode time and bandwidth are real; output quality and "
-            "speculative acceptance on real text are not shown (random weights repeat "
-            "themselves, which ngram drafts match).",
+            ("The weights were" if everywhere else f"The weights of {', '.join(dummy)} were")
+            + " filled by vLLM's dummy loader (`--load-format dummy`: random values, real "
+            "shapes and dtypes): memory, KV capacity, decode time and bandwidth are real; "
+            "output quality and speculative acceptance on real text are not shown (random "
+            "weights repeat themselves, which ngram drafts match).",
             "",
         ]
     summary = summary_lines(results)
@@ -783,6 +786,19 @@ def _exporter_section(results: LabResults) -> list[str]:
                 ]
             )
     out += _table(["segment", "series", "exporter", "lab", "difference", "agree"], rows)
+    failed = {
+        e.segment: e.values.get("glassbox_scrape_errors_total", 0.0)
+        for e in results.exporter
+        if e.values.get("glassbox_scrape_errors_total")
+    }
+    if failed:
+        out += [
+            "Polls of vLLM that failed on the exporter's side (a loaded server answering "
+            "`/metrics` late; its windowed series span them): "
+            + ", ".join(f"{seg} {n:g}" for seg, n in failed.items())
+            + ".",
+            "",
+        ]
     out += [
         (
             "The exporter and the lab agree on every series both have."
@@ -901,7 +917,7 @@ def plot_quantization(q: QuantizationResult, title: str) -> bytes:
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower right")
     return _png(fig)
 
 
@@ -922,14 +938,11 @@ def plot_kv_timeline(k: KvPressureResult, title: str) -> bytes:
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(8, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
     )
-    for act in k.acts:
+    # Each act shaded from its first poll to the next act's first poll.
+    ends = [a.start_t for a in k.acts[1:]] + [k.acts[-1].end_t if k.acts else 0.0]
+    for act, end in zip(k.acts, ends, strict=True):
         for ax in (top, bottom):
-            ax.axvspan(
-                act.start_t,
-                max(act.end_t, act.start_t + 0.2),
-                color=_ACT_SHADES.get(act.name, "#f0f0f0"),
-                lw=0,
-            )
+            ax.axvspan(act.start_t, end, color=_ACT_SHADES.get(act.name, "#f0f0f0"), lw=0)
         top.annotate(
             act.name,
             (act.start_t, 1.0),

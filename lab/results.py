@@ -58,6 +58,9 @@ class Startup:
     log_path: str | None
     quantization: str | None = None  # what vLLM says it quantizes with (awq, fp8…)
     load_format: str | None = None  # "dummy": random weights of the real shapes
+    #: This model's weights at 16 bits, from its config (when readable): what a quantized
+    #: variant would weigh if vLLM did not quantize it.
+    unquantized_bytes: float | None = None
     #: Seconds of each STARTUP_STAGES stage the log told; absent when it did not.
     stages: Mapping[str, float] = field(default_factory=dict)
     #: The model's repetition_penalty default (generation_config.json), when readable.

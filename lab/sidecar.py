@@ -28,6 +28,7 @@ from .telemetry import Observer, Segment
 
 LOOPBACK = "127.0.0.1"
 INTERVAL_SECONDS = 1.0
+POLL_TIMEOUT_SECONDS = 3.0
 WINDOW_SECONDS = 3600.0
 
 #: The exporter's series the report sets beside the lab's numbers (analysis.segment_values).
@@ -40,9 +41,11 @@ COMPARED = (
     "glassbox_weight_read_bandwidth_bytes_per_second",
     "glassbox_memory_bandwidth_utilization_ratio",
 )
-#: Read besides, for the report's table of the exporter's view.
+#: Read besides: whether it sees vLLM, when it last did, and how many of its polls failed.
 ALSO_READ = (
     "glassbox_target_up",
+    "glassbox_last_scrape_success_timestamp_seconds",
+    "glassbox_scrape_errors_total",
     "glassbox_preemptions_per_second",
     "glassbox_decode_floor_seconds",
 )
@@ -75,7 +78,9 @@ class ExporterBeside(Observer):
             listen_port=self.port,
             interval_seconds=INTERVAL_SECONDS,
             window_seconds=self.window_seconds,
-            timeout_seconds=0.9,
+            # A loaded server may take over a second to answer /metrics; a late poll is
+            # better than a failed one (the next is skipped, not doubled).
+            timeout_seconds=POLL_TIMEOUT_SECONDS,
             model_dir=deployed.model_dir,
             vllm_log=deployed.log_path,
             peak_bandwidth=self.peak_bandwidth,
@@ -92,8 +97,14 @@ class ExporterBeside(Observer):
 
     def segment_ended(self, segment: Segment, ended_at: float, error: str | None) -> None:
         if self._thread is not None and error is None:
-            time.sleep(INTERVAL_SECONDS + 0.5)  # one more poll, after the workload
-            values = self.read()
+            # Its series as of a poll that succeeded after the workload ended.
+            values: dict[str, float] = {}
+            deadline = time.monotonic() + 4 * POLL_TIMEOUT_SECONDS
+            while time.monotonic() < deadline:
+                values = self.read()
+                if values.get("glassbox_last_scrape_success_timestamp_seconds", 0) > ended_at:
+                    break
+                time.sleep(0.2)
             if values:
                 self.keep(ExporterSeries(segment.title, values))
         self.close()

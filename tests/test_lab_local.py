@@ -671,7 +671,7 @@ def test_the_gpu_plan_runs_unchanged_against_a_stand_in_of_the_cuda_build(
     }
     report = (out / "report.md").read_text()
     assert "**not a bandwidth**" in report
-    assert "The weights were random (vLLM's `--load-format dummy`" in report
+    assert "The weights were filled by vLLM's dummy loader (`--load-format dummy`" in report
     assert "## Cold starts" in report and "| quantization › BF16 | 0.56 |" in report
     assert "The exporter and the lab agree on every series both have." in report
 

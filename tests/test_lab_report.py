@@ -29,6 +29,7 @@ from vllm_glassbox.lab.findings import (
     act_names,
     fit_line,
     fit_tpot,
+    full_size_variants,
     missing_acts,
     name_acts,
     penalty_finding,
@@ -317,11 +318,23 @@ def test_a_quantized_variant_loaded_at_full_size_is_flagged_not_predicted(tmp_pa
     gptq = next(p for p in fit.predictions if p.name == "GPTQ-Int4")
     assert gptq.verdict == FULL_SIZE and abs(gptq.error_ratio) < 0.01
     assert "as large as BF16's: vLLM did not quantize it (gptq_marlin)" in str(gptq.reason)
+    # With its config readable, a variant is held to its own shape at 16 bits: an AWQ model
+    # as large as a smaller BF16 model is not "full size".
+    other = [
+        _variant("medium", 0.13, 0.018, True),
+        _variant(
+            "large-awq", 0.124, 0.065, False, quantization="awq", unquantized_bytes=0.46 * GIB
+        ),
+    ]
+    assert full_size_variants(other) == {}
+    served_plain = [
+        _variant("GPTQ", 14.29, 0.0047, False, quantization="gptq", unquantized_bytes=14.2 * GIB)
+    ]
+    assert full_size_variants(served_plain) == {"GPTQ": "its 16-bit size"}
     # Marked `fit`, it is left out of the line.
     fit_too, _ = fit_tpot([*variants[:2], replace(variants[2], fit=True)])
     assert fit_too is not None and fit_too.fitted == ("BF16", "AWQ")
     assert fit_too.excluded == ("GPTQ-Int4",)
-    from vllm_glassbox.lab.findings import full_size_variants
 
     results = _results_with(
         QuantizationResult(tuple(variants), fit, None, full_size_variants(variants))
