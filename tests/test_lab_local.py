@@ -606,7 +606,13 @@ def test_the_demo_runs_the_exporter_beside_each_server_and_draws_the_dashboards(
         assert f"(dashboards/{board}.png)" in report
         assert (out / "dashboards" / f"{board}.png").read_bytes().startswith(b"\x89PNG")
     # The recording rules are loaded: the fleet panels have data too.
-    assert "dashboards/glassbox-decode / Generated tokens per second" not in results["empty_panels"]
+    empty = results["empty_panels"]
+    assert "glassbox-decode / Generated tokens per second" not in empty
+    # The stand-in's models are no readable checkpoints and the plan names no peak: those
+    # panels are empty, and say why; every empty panel does.
+    assert empty["glassbox-decode / Peak memory bandwidth"].startswith("Present only when")
+    assert "(its description does not say why)" not in empty.values()
+    assert "Panels without data on this run, and why:" in report
 
 
 def test_the_gpu_plan_runs_unchanged_against_a_stand_in_of_the_cuda_build(
