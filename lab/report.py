@@ -230,9 +230,13 @@ def render_markdown(results: LabResults) -> str:
             f"{results.peak.source}.",
             "",
         ]
-    dummy = [s.segment for s in results.segments if s.startup and s.startup.load_format == "dummy"]
+    dummy_segments = [
+        s.segment for s in results.segments if s.startup and s.startup.load_format == "dummy"
+    ]
+    # One name per variant, not per round.
+    dummy = list(dict.fromkeys(re.sub(r" \(round \d+\)$", "", s) for s in dummy_segments))
     if dummy:
-        everywhere = len(dummy) == len(results.segments)
+        everywhere = len(dummy_segments) == len(results.segments)
         out += [
             ("The weights were" if everywhere else f"The weights of {', '.join(dummy)} were")
             + " filled by vLLM's dummy loader (`--load-format dummy`: random values, real "
