@@ -326,8 +326,11 @@ def kv_usage_stat() -> Panel:
 def cache_config() -> Panel:
     return table(
         "vLLM cache configuration",
-        "Labels of vllm:cache_config_info per engine. num_gpu_blocks is summed over "
-        "data-parallel engines by vLLM; glassbox_kv_cache_blocks divides it back.",
+        "Labels of vllm:cache_config_info per engine: every configuration seen over the "
+        "range, one row per distinct one (a restart with other settings adds a row). "
+        "num_gpu_blocks is summed over data-parallel engines by vLLM; "
+        "glassbox_kv_cache_blocks divides it back. Empty when no vLLM was scraped in the "
+        "range.",
         [Q(q.CACHE_CONFIG)],
         [
             "instance",

@@ -1018,7 +1018,7 @@ def plot_spec(sd: SpecDecodeResult, title: str) -> bytes:
     for i, r in enumerate(sd.runs):
         if r.speedup is not None:
             right.annotate(
-                f"{r.speedup:.2f}× faster",
+                f"{r.speedup:.2f}× faster" if r.speedup >= 1 else f"{1 / r.speedup:.2f}× slower",
                 (i, (r.tpot_seconds or 0) * 1000),
                 ha="center",
                 va="bottom",
