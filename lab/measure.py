@@ -7,6 +7,12 @@ with `Increase.__add__`, and every derived value is a function of `exporter/deri
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -158,13 +164,15 @@ class VllmClient:
 
 
 class Sampler:
-    """Polls /metrics on a fixed period in the background (timeline, live progress).
+    """Polls /metrics on a fixed period (the KV-pressure timeline, live progress).
 
-    It runs apart from the request load: its own thread and its own HTTP connection, on
-    a schedule that does not wait for the requests. `on_sample(t, snapshot, latency)` gets
-    each page with the seconds since start when it arrived and how long the poll took; a
-    poll that fails or outlasts its deadline goes to `on_missed(t, error)` — recorded,
-    never skipped silently — and the next poll follows at once.
+    It runs apart from the request load: a process of its own (`lab/poller.py`) with its
+    own connection and a schedule that waits for nothing, which appends every page to a
+    file with the times it was sent and came back; a thread here reads the file.
+    `on_sample(t, snapshot, latency)` gets each page with the seconds since the first
+    poll when it arrived and how long the poll took; a poll that fails or outlasts its
+    deadline goes to `on_missed(t, error)` — recorded, never skipped silently — and the
+    next follows at once. Entering waits for the first poll (t = 0).
     """
 
     def __init__(
@@ -172,47 +180,98 @@ class Sampler:
         client: VllmClient,
         period: float,
         on_sample: Callable[[float, Snapshot, float], None],
-        clock: Callable[[], float] = time.monotonic,
         on_missed: Callable[[float, str], None] = lambda t, error: None,
     ) -> None:
-        self.client = VllmClient(client.url, client.model)  # its own connection
+        self.url = client.url
         self.period = period
         self.deadline = max(2.0 * period, 2.0)  # a poll may be late; past this it failed
         self.on_sample = on_sample
         self.on_missed = on_missed
-        self.clock = clock
         self.errors = 0
+        self.polls = 0
+        self._start: float | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
-        self._start = 0.0
+        self._first = threading.Event()
+        self._reader = threading.Thread(target=self._read, name="sampler", daemon=True)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._path = ""
 
     def __enter__(self) -> Sampler:
-        self._start = self.clock()
-        self._thread.start()
+        fd, self._path = tempfile.mkstemp(prefix="glassbox-poll-", suffix=".jsonl")
+        os.close(fd)
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "vllm_glassbox.lab.poller",
+                self.url,
+                str(self.period),
+                str(self.deadline),
+                self._path,
+            ],
+            stdin=subprocess.PIPE,  # closed by us, or by the kernel if the lab dies
+            stdout=subprocess.DEVNULL,
+        )
+        self._reader.start()
+        self._first.wait(timeout=30.0)  # a Python start on a loaded machine
         return self
 
     def __exit__(self, *exc: object) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                proc.wait(timeout=self.deadline + 5.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         self._stop.set()
-        self._thread.join(timeout=self.deadline + 5.0)
-        self.client.close()
+        self._reader.join(timeout=10.0)
+        with contextlib.suppress(OSError):
+            os.unlink(self._path)
 
-    def sample_now(self) -> None:
-        sent = self.clock()
-        try:
-            snapshot = self.client.snapshot(timeout=self.deadline)
-        except LabError as e:
+    def _read(self) -> None:
+        """Follow the poller's file: one JSON line per poll, dispatched in order."""
+        with open(self._path, encoding="utf-8") as f:
+            partial = ""
+            while True:
+                chunk = f.readline()
+                if not chunk:
+                    if self._stop.is_set():
+                        return
+                    time.sleep(0.05)
+                    continue
+                partial += chunk
+                if not partial.endswith("\n"):
+                    continue
+                line, partial = partial, ""
+                try:
+                    self._dispatch(json.loads(line))
+                except Exception as e:  # a bad line or callback must not stop the timeline
+                    self.errors += 1
+                    self.on_missed(self._t(time.monotonic()), f"poll not read: {e}")
+                finally:
+                    self._first.set()
+
+    def _t(self, when: float) -> float:
+        if self._start is None:
+            self._start = when
+        return when - self._start
+
+    def _dispatch(self, poll: dict[str, Any]) -> None:
+        sent, received = float(poll["sent"]), float(poll["received"])
+        if self._start is None:
+            self._start = sent  # t = 0 is the first poll
+        self.polls += 1
+        if "page" not in poll:
             self.errors += 1
-            self.on_missed(self.clock() - self._start, str(e))
+            self.on_missed(self._t(received), f"cannot read {self.url}/metrics: {poll['error']}")
             return
-        now = self.clock()
-        self.on_sample(now - self._start, snapshot, now - sent)
-
-    def _run(self) -> None:
-        next_at = self._start
-        while not self._stop.is_set():
-            self.sample_now()
-            next_at += self.period
-            now = self.clock()
-            if next_at < now:  # the poll was late: poll again now, the period from here
-                next_at = now
-            self._stop.wait(max(0.0, next_at - now))
+        try:
+            snapshot = read_snapshot(str(poll["page"]))
+        except PageError as e:
+            self.errors += 1
+            self.on_missed(self._t(received), f"cannot read {self.url}/metrics: {e}")
+            return
+        self.on_sample(self._t(received), snapshot, received - sent)

@@ -296,6 +296,20 @@ def pids_in(log: str) -> list[int]:
     return [int(p) for p in re.findall(r"pid=(\d+)\)", log)]
 
 
+def pollers_of(url: str) -> list[int]:
+    """Live processes of the lab's poller (lab/poller.py) polling `url`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        poller = b"vllm_glassbox.lab.poller" in cmdline and url.encode() in cmdline
+        if poller and alive(int(proc.name)):
+            found.append(int(proc.name))
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -465,11 +479,19 @@ def test_a_signal_during_a_phase_stops_the_server_and_its_worker(
     pids = set(pids_in(log.read_text()))
     assert len(pids) == 2 and all(alive(p) for p in pids)
 
+    port = json.loads(re.search(r"fake vLLM args: (.*)", log.read_text()).group(1))  # type: ignore[union-attr]
+    url = f"http://127.0.0.1:{port[port.index('--port') + 1]}"
+    # After the warm-up request, the measured ones with the progress poller (a process).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not pollers_of(url):
+        time.sleep(0.1)
+    assert pollers_of(url)
     lab.send_signal(sig)
     _, err = lab.communicate(timeout=60)
     assert lab.returncode == code
     assert "interrupted; the server was stopped" in err.decode()
     assert not [p for p in pids if alive(p)]
+    assert not pollers_of(url)  # gone with the lab
     results = json.loads((out / "results.json").read_text())
     assert results["status"] == "interrupted"
     assert results["phases"][0]["status"] == "interrupted"
