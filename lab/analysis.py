@@ -234,7 +234,11 @@ def variant_result(
 
 
 def timeline_point(
-    t: float, baseline: Snapshot, now: Snapshot, latency: float | None = None
+    t: float,
+    baseline: Snapshot,
+    now: Snapshot,
+    latency: float | None = None,
+    delay: float | None = None,
 ) -> TimelinePoint:
     grown = increase(baseline, now, t)
     return TimelinePoint(
@@ -245,6 +249,7 @@ def timeline_point(
         preemptions=grown[s.PREEMPTIONS],
         generated_tokens=grown[s.GENERATION_TOKENS],
         latency_seconds=latency,
+        delay_seconds=delay,
     )
 
 

@@ -331,11 +331,12 @@ def missing_acts(acts: Sequence[Act]) -> list[str]:
     return missing
 
 
-def largest_gap(timeline: Sequence[TimelinePoint]) -> float | None:
-    """The longest time between two consecutive polls' pages."""
-    times = [p.t for p in timeline]
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    return max(gaps) if gaps else None
+def largest_gap(timeline: Sequence[TimelinePoint]) -> tuple[float | None, float | None]:
+    """The longest time between two consecutive polls' pages, and when the page that
+    ended it came."""
+    gaps = [(b.t - a.t, b.t) for a, b in itertools.pairwise(timeline)]
+    gap, at = max(gaps, default=(None, None))
+    return gap, at
 
 
 def first_time(
@@ -364,7 +365,8 @@ def pressure_summary(timeline: Sequence[TimelinePoint], saturation: float) -> di
         "first_full_at": first_time(timeline, lambda p: (p.kv_cache_usage or 0) >= saturation),
         "first_waiting_at": first_time(timeline, lambda p: (p.waiting or 0) > 0),
         "first_preemption_at": first_time(timeline, lambda p: p.preemptions > 0),
-        "max_gap_seconds": largest_gap(timeline),
+        "max_gap_seconds": largest_gap(timeline)[0],
+        "max_gap_ended_at": largest_gap(timeline)[1],
     }
 
 

@@ -169,8 +169,9 @@ class Sampler:
     It runs apart from the request load: a process of its own (`lab/poller.py`) with its
     own connection and a schedule that waits for nothing, which appends every page to a
     file with the times it was sent and came back; a thread here reads the file.
-    `on_sample(t, snapshot, latency)` gets each page with the seconds since the first
-    poll when it arrived and how long the poll took; a poll that fails or outlasts its
+    `on_sample(t, snapshot, latency, delay)` gets each page with the seconds since the
+    first poll when it arrived, how long vLLM took to answer, and how late after its tick
+    the poll was sent (the machine's CPU starved the poller); a poll that fails or outlasts its
     deadline goes to `on_missed(t, error)` — recorded, never skipped silently — and the
     next follows at once. Entering waits for the first poll (t = 0).
     """
@@ -179,7 +180,7 @@ class Sampler:
         self,
         client: VllmClient,
         period: float,
-        on_sample: Callable[[float, Snapshot, float], None],
+        on_sample: Callable[[float, Snapshot, float, float], None],
         on_missed: Callable[[float, str], None] = lambda t, error: None,
     ) -> None:
         self.url = client.url
@@ -266,7 +267,7 @@ class Sampler:
         self.polls += 1
         if "page" not in poll:
             self.errors += 1
-            self.on_missed(self._t(received), f"cannot read {self.url}/metrics: {poll['error']}")
+            self.on_missed(self._t(received), f"cannot read {self.url}: {poll['error']}")
             return
         try:
             snapshot = read_snapshot(str(poll["page"]))
@@ -274,4 +275,5 @@ class Sampler:
             self.errors += 1
             self.on_missed(self._t(received), f"cannot read {self.url}/metrics: {e}")
             return
-        self.on_sample(self._t(received), snapshot, received - sent)
+        delay = sent - float(poll.get("scheduled", sent))
+        self.on_sample(self._t(received), snapshot, received - sent, delay)

@@ -19,26 +19,27 @@ import sys
 import threading
 import time
 
-import httpx
+from vllm_glassbox.exporter.fetch import Fetcher
+from vllm_glassbox.exporter.textformat import PageError
+
+MAX_PAGE_BYTES = 8 * 1024 * 1024
 
 
 def poll_forever(
     url: str, period: float, deadline: float, path: str, stop: threading.Event
 ) -> None:
-    with (
-        httpx.Client(timeout=httpx.Timeout(deadline), trust_env=False) as client,
-        open(path, "a", encoding="utf-8") as out,
-    ):
+    # The exporter's fetcher: one hard deadline per poll, whatever the server does.
+    fetcher = Fetcher(url, deadline, MAX_PAGE_BYTES)
+    with open(path, "a", encoding="utf-8") as out:
         next_at = time.monotonic()
         while not stop.is_set():
             sent = time.monotonic()
-            line: dict[str, object] = {"sent": sent}
+            # When it meant to poll, too: a poll sent late means the machine was starved.
+            line: dict[str, object] = {"scheduled": next_at, "sent": sent}
             try:
-                r = client.get(url + "/metrics")
-                r.raise_for_status()
-                line["page"] = r.text
-            except httpx.HTTPError as e:
-                line["error"] = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                line["page"] = fetcher.get_text("/metrics")
+            except PageError as e:
+                line["error"] = str(e)
             line["received"] = time.monotonic()
             out.write(json.dumps(line) + "\n")
             out.flush()
@@ -47,6 +48,7 @@ def poll_forever(
             if next_at < now:  # the poll was late: poll again now, the period from here
                 next_at = now
             stop.wait(max(0.0, next_at - now))
+    fetcher.close()
 
 
 def main(argv: list[str]) -> int:

@@ -617,11 +617,12 @@ def _kv_pressure(phase: PhaseResult, k: KvPressureResult) -> list[str]:
     if k.poll_seconds is not None:
         hole = k.max_gap_seconds is not None and k.max_gap_seconds > 2 * k.poll_seconds
         out += [
-            f"Polled every {_n(k.poll_seconds)} s on a connection of its own: "
-            f"{len(k.timeline)} pages, {k.late_polls} late (took longer than a period), "
-            f"{len(k.missed_polls)} failed; the largest gap between two pages "
+            f"Polled every {_n(k.poll_seconds)} s by a process of its own: "
+            f"{len(k.timeline)} pages, {k.late_polls} late (vLLM took longer than a period "
+            f"to answer), {len(k.missed_polls)} failed; the largest gap between two pages "
             f"{_n(k.max_gap_seconds)} s"
             + (" — **a hole in the timeline** (more than two periods)" if hole else "")
+            + _gap_cause(k)
             + ".",
             "",
         ]
@@ -641,6 +642,7 @@ def _kv_pressure(phase: PhaseResult, k: KvPressureResult) -> list[str]:
             f"+{jumps[i]:g}" if jumps[i] else "",
             _int(k.timeline[i].generated_tokens),
             _n(k.timeline[i].latency_seconds, 2),
+            _n(k.timeline[i].delay_seconds, 2),
         ]
         for i in _sampled(k.timeline, biggest)
     ]
@@ -655,13 +657,39 @@ def _kv_pressure(phase: PhaseResult, k: KvPressureResult) -> list[str]:
         "",
     ]
     out += _table(
-        ["t s", "running", "waiting", "KV usage", "preemptions", "this poll", "tokens", "poll s"],
+        [
+            "t s",
+            "running",
+            "waiting",
+            "KV usage",
+            "preemptions",
+            "this poll",
+            "tokens",
+            "answer s",
+            "sent late s",
+        ],
         rows,
     )
     if k.request_errors:
         out += ["Request errors: " + "; ".join(k.request_errors), ""]
     out += [f"![KV pressure timeline]({plot_name(phase, 'timeline')})", ""]
     return out
+
+
+def _gap_cause(k: KvPressureResult) -> str:
+    """Why the largest gap: the page ending it was sent late, or vLLM answered late."""
+    end = next((p for p in k.timeline if p.t == k.max_gap_ended_at), None)
+    if end is None or k.poll_seconds is None or end.latency_seconds is None:
+        return ""
+    parts = []
+    if (end.delay_seconds or 0.0) > 0.5 * k.poll_seconds:
+        parts.append(
+            f"its closing poll was sent {end.delay_seconds:.1f} s after its tick (this "
+            "machine's CPU was taken)"
+        )
+    if end.latency_seconds > 0.5 * k.poll_seconds:
+        parts.append(f"vLLM took {end.latency_seconds:.1f} s to answer it")
+    return f": {' and '.join(parts)}" if parts else ""
 
 
 def _spec_decode(phase: PhaseResult, sd: SpecDecodeResult) -> list[str]:

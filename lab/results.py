@@ -252,7 +252,8 @@ class TimelinePoint:
     kv_cache_usage: float | None  # 0–1
     preemptions: float  # since the flood started
     generated_tokens: float  # since the flood started
-    latency_seconds: float | None = None  # how long the poll took
+    latency_seconds: float | None = None  # how long vLLM took to answer the poll
+    delay_seconds: float | None = None  # how late after its tick the poll was sent
 
 
 @dataclass(frozen=True)
@@ -296,6 +297,7 @@ class KvPressureResult:
     missed_polls: tuple[MissedPoll, ...] = ()
     late_polls: int = 0  # polls that took longer than one period
     max_gap_seconds: float | None = None  # largest time between two polls' pages
+    max_gap_ended_at: float | None = None  # t of the page that ended it
     missing_acts: tuple[str, ...] = ()  # of the article's three, which did not happen
 
     def to_json(self) -> JSON:

@@ -197,7 +197,7 @@ class Lab:
         total = float(sum(int(str(b["max_tokens"])) for b in bodies))
         start: list[Snapshot] = []
 
-        def on_sample(t: float, snap: Snapshot, latency: float) -> None:
+        def on_sample(t: float, snap: Snapshot, latency: float, delay: float) -> None:
             if not start:
                 start.append(snap)
             self.progress.tokens(increase(start[0], snap, t)[s.GENERATION_TOKENS], total)
@@ -280,8 +280,8 @@ class Lab:
             timeline: list[TimelinePoint] = []
             missed: list[MissedPoll] = []
 
-            def on_sample(t: float, snap: Snapshot, latency: float) -> None:
-                point = timeline_point(t, baseline, snap, latency)
+            def on_sample(t: float, snap: Snapshot, latency: float, delay: float) -> None:
+                point = timeline_point(t, baseline, snap, latency, delay)
                 timeline.append(point)
                 self.progress.tokens(point.generated_tokens, total)
                 self.progress.status(_pressure_line(point))

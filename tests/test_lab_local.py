@@ -17,6 +17,7 @@ that take longer with more weights. The shipped gpu-7b plan is rehearsed against
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -720,10 +721,11 @@ def test_a_poll_that_fails_or_hangs_is_recorded_and_the_next_follows() -> None:
                 return
             if polls[0] == 4:  # vLLM is stuck: past the sampler's deadline
                 time.sleep(2.5)
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(page)))
-            self.end_headers()
-            self.wfile.write(page)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # gave up
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
 
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -738,7 +740,7 @@ def test_a_poll_that_fails_or_hangs_is_recorded_and_the_next_follows() -> None:
         with Sampler(
             VllmClient(url, "m"),
             0.5,
-            lambda t, snap, latency: seen.append(t),
+            lambda t, snap, latency, delay: seen.append(t),
             on_missed=lambda t, error: missed.append((t, error)),
         ) as sampler:
             while polls[0] < 6:
@@ -746,8 +748,10 @@ def test_a_poll_that_fails_or_hangs_is_recorded_and_the_next_follows() -> None:
     finally:
         server.shutdown()
         server.server_close()
-    assert all(error.startswith(f"cannot read {url}/metrics: ") for _, error in missed)
-    assert "500" in missed[0][1] and "timed out" in missed[1][1].lower()
+    assert [error for _, error in missed[:2]] == [
+        f"cannot read {url}: /metrics: HTTP 500",
+        f"cannot read {url}: /metrics: no complete answer within 2s",  # a hard deadline
+    ]
     assert sampler.deadline == 2.0 and sampler.errors == len(missed)
     # Every page after the hung poll is still recorded, in order.
     assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] > missed[1][0]

@@ -457,6 +457,37 @@ def test_acts_without_preemptions_and_without_pressure() -> None:
     assert [(a.name, a.polls) for a in name_acts(roomy, 0.95)] == [("pool never full", 2)]
 
 
+def test_a_hole_in_the_timeline_is_called_out_with_its_cause(tmp_path: Path) -> None:
+    # Polled every 2 s; the page at 11 s closes a 7 s gap: its poll was sent 2.4 s after
+    # its tick and vLLM took 4.6 s to answer it.
+    timeline = [
+        _point(0, 0, 0, 0.0, 0),
+        _point(2, 12, 0, 0.4, 0),
+        _point(4, 12, 0, 0.8, 0),
+        replace(_point(11, 8, 4, 1.0, 0), latency_seconds=4.6, delay_seconds=2.4),
+        _point(13, 0, 0, 0.0, 0),
+    ]
+    pressure = KvPressureResult(
+        startup=_startup(0.05, 4096),
+        requests=12,
+        completed=12,
+        failed=0,
+        flood_seconds=13.0,
+        timeline=tuple(timeline),
+        poll_seconds=2.0,
+        late_polls=1,
+        **pressure_summary(timeline, 0.95),  # type: ignore[arg-type]
+    )
+    assert (pressure.max_gap_seconds, pressure.max_gap_ended_at) == (7, 11)
+    write_outputs(_results_with(pressure), tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert (
+        "the largest gap between two pages 7 s — **a hole in the timeline** (more than two "
+        "periods): its closing poll was sent 2.4 s after its tick (this machine's CPU was "
+        "taken) and vLLM took 4.6 s to answer it." in report
+    )
+
+
 def _spec(label: str, extra: dict[str, Any], base: bool, spec: bool, st: RequestStats) -> Any:
     return (label, extra, base, spec, st, spread([st.tpot_seconds]))
 
@@ -688,6 +719,7 @@ def test_results_json_has_the_contract_keys(tmp_path: Path) -> None:
         "preemptions": 13,
         "generated_tokens": 1500,
         "latency_seconds": 0.01,
+        "delay_seconds": None,
     }
     assert kv["missing_acts"] == [] and kv["max_gap_seconds"] == 5
     run = spec["runs"][0]
@@ -728,7 +760,7 @@ def test_report_has_the_articles_tables_and_plots(tmp_path: Path) -> None:
     assert (
         "| preemption storm | from the first poll that counted preemptions to the last |" in report
     )
-    assert "| 15.0 | 24 | 6 | 100% | 13 | +13 | 1,500 | 0.01 |" in report
+    assert "| 15.0 | 24 | 6 | 100% | 13 | +13 | 1,500 | 0.01 | – |" in report
     assert "the largest jump **13** in one poll" in report
     assert "All three of the article's acts happened, in order." in report
     assert "the largest gap between two pages 5 s." in report
