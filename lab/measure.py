@@ -212,6 +212,10 @@ class Sampler:
             ],
             stdin=subprocess.PIPE,  # closed by us, or by the kernel if the lab dies
             stdout=subprocess.DEVNULL,
+            # A session of its own is a scheduling group of its own (Linux autogroups): a
+            # mostly idle one, so its polls wake on time however busy the lab's
+            # process is. Ctrl-C reaches it through the lab, which closes its stdin.
+            start_new_session=True,
         )
         self._reader.start()
         self._first.wait(timeout=30.0)  # a Python start on a loaded machine
