@@ -208,6 +208,7 @@ def fit_tpot(
             peak_bandwidth,
             exceeds,
             excluded,
+            intercept_share(intercept, [(gib, tpot) for _, gib, tpot in fitted]),
         ),
         None,
     )
@@ -219,14 +220,10 @@ def above_peak(utilization: float | None) -> bool:
     return utilization is not None and utilization > 1.0
 
 
-def intercept_share(fit: Fit) -> float | None:
-    """The intercept's share of the largest fitted variant's TPOT: how much of a decode
-    step is not weight reads."""
-    fitted = [p for p in fit.predictions if p.name in fit.fitted]
-    largest = max(fitted, key=lambda p: p.weights_gib, default=None)
-    if largest is None or largest.tpot_seconds <= 0:
-        return None
-    return fit.intercept_seconds / largest.tpot_seconds
+def intercept_share(intercept: float, fitted: Sequence[tuple[float, float]]) -> float | None:
+    """The intercept's share of the largest fitted variant's TPOT (weights GiB, TPOT)."""
+    largest = max(fitted, default=None)
+    return intercept / largest[1] if largest is not None and largest[1] > 0 else None
 
 
 # --- KV pressure -----------------------------------------------------------------------------

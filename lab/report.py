@@ -3,8 +3,9 @@
 `render_markdown` and the plot functions are pure (results in, text or PNG bytes out);
 `write_outputs` is the only I/O and writes every file atomically (a temporary file in
 the same directory, then a rename), so a reader never sees half a report, even when the
-run is interrupted while writing. The report computes nothing: every number and every
-judgement it words comes from the results (`findings.py` made them).
+run is interrupted while writing. The report computes nothing of its own: every number
+and every judgement it words is in the results, or — the exporter against the lab — a
+function of `findings.py`.
 """
 
 from __future__ import annotations
@@ -204,10 +205,6 @@ def plot_name(phase: PhaseResult, what: str) -> str:
     return f"plots/{_slug(phase.name)}-{what}.png"
 
 
-def _startups(results: LabResults) -> list[Startup]:
-    return [s.startup for s in results.segments if s.startup is not None]
-
-
 # --- markdown ------------------------------------------------------------------------------
 
 
@@ -301,7 +298,7 @@ def _bandwidth_words(fit: Any) -> str:
     if implied is None:
         return "the slope implies no bandwidth (it is not positive)"
     if fit.exceeds_peak:
-        share = findings.intercept_share(fit)
+        share = fit.intercept_share
         return (
             f"the slope would mean weights read at {_gbs(implied)}, more than the peak "
             f"{_gbs(fit.peak_bandwidth_bytes_per_second)}: **not a bandwidth** — much of a "

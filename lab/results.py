@@ -213,6 +213,9 @@ class Fit:
     #: The slope implies more than the hardware can read: not a bandwidth.
     exceeds_peak: bool | None = None
     excluded: tuple[str, ...] = ()  # marked `fit` but not usable (loaded at full size)
+    #: The intercept's share of the largest fitted variant's TPOT: how much of a decode
+    #: step is not weight reads.
+    intercept_share: float | None = None
 
     def to_json(self) -> JSON:
         return {

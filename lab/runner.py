@@ -25,6 +25,7 @@ from . import findings
 from .analysis import (
     checkpoint_weights,
     request_stats,
+    sample,
     segment_values,
     startup_facts,
     timeline_point,
@@ -230,16 +231,13 @@ class Lab:
                 with self._segment(phase, label, overrides) as served:
                     body = phase.request.body(served.deployed.served_model_name)
                     self._warm_up(served, body, phase.warmup)
-                    for m in self._measure_each(served, [body] * phase.requests):
-                        measured[v.name].append((round_index, m.completions[0], m.increase))
+                    this_round = [
+                        (round_index, m.completions[0], m.increase)
+                        for m in self._measure_each(served, [body] * phase.requests)
+                    ]
+                    measured[v.name] += this_round
                     startups.setdefault(v.name, served.startup)
-                    tpot = findings.spread(
-                        [
-                            request_stats(m[1:2], m[2]).tpot_seconds
-                            for m in measured[v.name]
-                            if m[0] == round_index
-                        ]
-                    )
+                    tpot = findings.spread([sample(*m).tpot_seconds for m in this_round])
                     self.progress.note(f"  {label}: TPOT {_spread_line(tpot)}")
             except STOPPED:
                 raise
