@@ -808,8 +808,8 @@ def _exporter_section(results: LabResults) -> list[str]:
                 [
                     e.segment,
                     title,
-                    _n(exported, 4, scale),
-                    _n(measured, 4, scale),
+                    _int(exported) if title == "KV tokens" else _n(exported, 4, scale),
+                    _int(measured) if title == "KV tokens" else _n(measured, 4, scale),
                     _pct(findings.difference(exported, measured), signed=True),
                     {True: "yes", False: "**no**", None: "–"}[agreed],
                 ]
