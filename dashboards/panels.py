@@ -39,6 +39,17 @@ _ANY_PREEMPTION = [("green", None), ("orange", 1e-9)]
 # Prometheus' rate() divides by the whole 5 m window; a series younger than that reads low.
 _YOUNG = " The 5-minute fleet rate reads low while vLLM has run for less than 5 minutes."
 
+# When a panel can have no data, its description says so in a sentence of its own starting
+# "Empty" or "Present only": the lab's report quotes it for every empty panel of a run.
+_NO_WEIGHTS = (
+    ' Empty when the exporter knows no weights (no --weights-bytes, no "Model loading '
+    "took\" line in vLLM's log, no readable checkpoint)."
+)
+_NO_PEAK = " Present only when the exporter is given the peak (--gpu or --gpu-memory-bandwidth)."
+_NO_SPECULATION = (
+    " Empty while no vLLM in range speculates (no --speculative-config) or before it drafts."
+)
+
 
 def fleet_q(expr: str, legend: str = FLEET_LEGEND) -> Q:
     """A query of a fleet recording rule: drawn dashed beside the per-engine lines."""
@@ -91,7 +102,7 @@ def decode_step() -> Panel:
             "job_model_name:vllm_inter_token_latency_seconds:rate5m",
         )
         + f"\n\nFloor: {help_of('glassbox_decode_floor_seconds')} "
-        "Present only when the exporter knows the peak bandwidth (--gpu or "
+        "The floor is present only when the exporter knows the peak bandwidth (--gpu or "
         "--gpu-memory-bandwidth).",
         [
             Q(q.ITL, ENGINE_LEGEND),
@@ -162,7 +173,8 @@ def weight_bytes_per_token() -> Panel:
         "Weight bytes read per output token",
         "How well batching and speculation amortize the weight reads: each engine step "
         "reads every weight once, whatever the batch.\n\n"
-        + per_engine("glassbox_weight_bytes_per_output_token"),
+        + per_engine("glassbox_weight_bytes_per_output_token")
+        + _NO_WEIGHTS,
         [Q(q.WEIGHT_BYTES_PER_TOKEN, ENGINE_LEGEND)],
         BYTES,
     )
@@ -172,8 +184,9 @@ def weight_read_bandwidth() -> Panel:
     return timeseries(
         "Achieved weight-read bandwidth of one GPU vs its peak",
         per_engine("glassbox_weight_read_bandwidth_bytes_per_second")
-        + f"\n\nPeak: {help_of('glassbox_gpu_memory_bandwidth_bytes_per_second')} "
-        "Present only when the exporter is given --gpu or --gpu-memory-bandwidth.",
+        + _NO_WEIGHTS
+        + f"\n\nPeak: {help_of('glassbox_gpu_memory_bandwidth_bytes_per_second')}"
+        + _NO_PEAK,
         [
             Q(q.WEIGHT_READ_BANDWIDTH, ENGINE_LEGEND),
             Q(q.PEAK_BANDWIDTH, "peak ({{instance}})"),
@@ -185,8 +198,7 @@ def weight_read_bandwidth() -> Panel:
 def bandwidth_utilization() -> Panel:
     return timeseries(
         "Memory bandwidth utilization",
-        per_engine("glassbox_memory_bandwidth_utilization_ratio")
-        + " Present only when the peak bandwidth is known.",
+        per_engine("glassbox_memory_bandwidth_utilization_ratio") + _NO_PEAK + _NO_WEIGHTS,
         [Q(q.BANDWIDTH_UTILIZATION, ENGINE_LEGEND)],
         RATIO,
     )
@@ -195,7 +207,7 @@ def bandwidth_utilization() -> Panel:
 def weights_bytes() -> Panel:
     return stat(
         "Model weights",
-        help_of("glassbox_model_weights_bytes"),
+        help_of("glassbox_model_weights_bytes") + _NO_WEIGHTS,
         [Q(q.WEIGHTS_BYTES, "{{instance}}")],
         BYTES,
     )
@@ -204,7 +216,7 @@ def weights_bytes() -> Panel:
 def weights_source() -> Panel:
     return stat(
         "Weights known from",
-        help_of("glassbox_model_weights_info"),
+        help_of("glassbox_model_weights_info") + _NO_WEIGHTS,
         [Q(q.WEIGHTS_SOURCE, "{{source}}")],
         NUMBER,
         text_mode="name",
@@ -229,7 +241,7 @@ def parallel_layout() -> Panel:
 def peak_bandwidth() -> Panel:
     return stat(
         "Peak memory bandwidth",
-        help_of("glassbox_gpu_memory_bandwidth_bytes_per_second"),
+        help_of("glassbox_gpu_memory_bandwidth_bytes_per_second") + _NO_PEAK,
         [Q(q.PEAK_BANDWIDTH, "{{instance}}")],
         BYTES_PER_SECOND,
     )
@@ -238,7 +250,7 @@ def peak_bandwidth() -> Panel:
 def decode_floor() -> Panel:
     return stat(
         "Decode floor",
-        help_of("glassbox_decode_floor_seconds"),
+        help_of("glassbox_decode_floor_seconds") + _NO_PEAK + _NO_WEIGHTS,
         [Q(q.DECODE_FLOOR, "{{instance}}")],
         SECONDS,
     )
@@ -333,8 +345,11 @@ def kv_usage_stat() -> Panel:
 def cache_config() -> Panel:
     return table(
         "vLLM cache configuration",
-        "Labels of vllm:cache_config_info per engine. num_gpu_blocks is summed over "
-        "data-parallel engines by vLLM; glassbox_kv_cache_blocks divides it back.",
+        "Labels of vllm:cache_config_info per engine: every configuration seen over the "
+        "range, one row per distinct one (a restart with other settings adds a row). "
+        "num_gpu_blocks is summed over data-parallel engines by vLLM; "
+        "glassbox_kv_cache_blocks divides it back. Empty when no vLLM was scraped in the "
+        "range.",
         [Q(q.CACHE_CONFIG)],
         [
             "instance",
@@ -540,7 +555,8 @@ def acceptance() -> Panel:
         _pair(
             "glassbox_spec_decode_acceptance_ratio",
             "job_model_name:vllm_spec_decode_acceptance_ratio:rate5m",
-        ),
+        )
+        + _NO_SPECULATION,
         [Q(q.ACCEPTANCE, ENGINE_LEGEND), fleet_q(q.ACCEPTANCE_FLEET, FLEET_LEGEND)],
         RATIO,
     )
@@ -553,7 +569,8 @@ def acceptance_length() -> Panel:
         + _pair(
             "glassbox_spec_decode_mean_acceptance_length",
             "job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m",
-        ),
+        )
+        + _NO_SPECULATION,
         [Q(q.ACCEPTANCE_LENGTH, ENGINE_LEGEND), fleet_q(q.ACCEPTANCE_LENGTH_FLEET, FLEET_LEGEND)],
         TOKENS,
     )
@@ -566,7 +583,8 @@ def acceptance_by_position() -> Panel:
         + _pair(
             "glassbox_spec_decode_position_acceptance_ratio",
             "job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m",
-        ),
+        )
+        + _NO_SPECULATION,
         [
             Q(q.ACCEPTANCE_BY_POSITION, "position {{position}} " + ENGINE_LEGEND),
             fleet_q(q.ACCEPTANCE_BY_POSITION_FLEET, "position {{position}} " + FLEET_LEGEND),
@@ -583,7 +601,8 @@ def draft_coverage() -> Panel:
         + _pair(
             "glassbox_spec_decode_draft_coverage_ratio",
             "job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m",
-        ),
+        )
+        + _NO_SPECULATION,
         [Q(q.DRAFT_COVERAGE, ENGINE_LEGEND), fleet_q(q.DRAFT_COVERAGE_FLEET, FLEET_LEGEND)],
         RATIO,
     )
@@ -595,7 +614,7 @@ def drafts_rate() -> Panel:
         "Rates of vLLM's spec-decode counters, summed over engines: "
         "vllm:spec_decode_num_drafts_total (one per request per step that drafted), "
         "vllm:spec_decode_num_draft_tokens_total and "
-        "vllm:spec_decode_num_accepted_tokens_total.",
+        "vllm:spec_decode_num_accepted_tokens_total." + _NO_SPECULATION,
         [
             Q(q.DRAFTS_RATE, "drafts {{model_name}}"),
             Q(q.DRAFT_TOKENS_RATE, "draft tokens {{model_name}}"),
@@ -608,7 +627,7 @@ def drafts_rate() -> Panel:
 def acceptance_stat() -> Panel:
     return stat(
         "Draft acceptance",
-        fleet("job_model_name:vllm_spec_decode_acceptance_ratio:rate5m"),
+        fleet("job_model_name:vllm_spec_decode_acceptance_ratio:rate5m") + _NO_SPECULATION,
         [fleet_q(q.ACCEPTANCE_FLEET, "{{model_name}}")],
         RATIO,
     )
@@ -617,7 +636,7 @@ def acceptance_stat() -> Panel:
 def acceptance_length_stat() -> Panel:
     return stat(
         "Mean acceptance length",
-        fleet("job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m"),
+        fleet("job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m") + _NO_SPECULATION,
         [fleet_q(q.ACCEPTANCE_LENGTH_FLEET, "{{model_name}}")],
         TOKENS,
     )
@@ -626,7 +645,7 @@ def acceptance_length_stat() -> Panel:
 def draft_coverage_stat() -> Panel:
     return stat(
         "Draft coverage",
-        fleet("job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m"),
+        fleet("job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m") + _NO_SPECULATION,
         [fleet_q(q.DRAFT_COVERAGE_FLEET, "{{model_name}}")],
         RATIO,
     )

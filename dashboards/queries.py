@@ -90,7 +90,9 @@ KV_BLOCKS = exporter("glassbox_kv_cache_blocks")
 KV_BLOCK_SIZE = exporter("glassbox_kv_cache_block_size_tokens")
 KV_USAGE = f"max by ({PER_ENGINE}) (vllm:kv_cache_usage_perc{{{ENGINE}}})"
 KV_USAGE_FLEET = rule("job_model_name:vllm_kv_cache_usage:max")
-CACHE_CONFIG = f'vllm:cache_config_info{{{TARGET}, engine=~"$engine"}}'
+# Every configuration seen over the range, also of servers no longer up (an instant
+# query at the range's end would miss a server stopped before it).
+CACHE_CONFIG = f'last_over_time(vllm:cache_config_info{{{TARGET}, engine=~"$engine"}}[$__range])'
 
 RUNNING = f"sum by ({PER_ENGINE}) (vllm:num_requests_running{{{ENGINE}}})"
 WAITING = f"sum by ({PER_ENGINE}) (vllm:num_requests_waiting{{{ENGINE}}})"

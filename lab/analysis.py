@@ -1,13 +1,16 @@
 """The phases' arithmetic: pure functions over snapshots, increases and startup logs.
 
 Every per-request number is a function of the derivation core (`exporter/derive.py`);
-this module only adds what is the lab's own: the facts of one server start, the
-least-squares line through TPOT against weight GiB, the KV-pressure timeline and its
-acts, and the speed-up between speculative-decoding runs.
+this module gathers them: the facts of one server start, the numbers of each measured
+request and of a variant, a point of the KV-pressure timeline, and a segment's numbers
+to compare with the exporter's. What they mean — medians, the fitted line, acts,
+speed-ups — is `findings.py`.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -22,15 +25,16 @@ from vllm_glassbox.exporter.model import (
 )
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.exporter.startup_log import read_facts
+from vllm_glassbox.exporter.weights import estimate_from_config
 
+from . import findings
 from .measure import Completion, gauge_max, gauge_total, increase
+from .plan import Variant
 from .results import (
     GIB,
-    Act,
-    Fit,
-    Prediction,
+    Bandwidth,
     RequestStats,
-    SpecRunResult,
+    Sample,
     Startup,
     TimelinePoint,
     VariantResult,
@@ -56,16 +60,19 @@ def startup_facts(
     startup_seconds: float,
     checkpoint: Callable[[], Weights | None] = lambda: None,
     log_path: str | None = None,
+    model_dir: str | None = None,
 ) -> Startup:
     """Weights, KV memory and tokens, blocks and block size of the server just started.
 
     Weights and the KV pool as the exporter resolves them (the same functions): weights
     from the log (what was loaded, the whole model; absent on CPU), then the checkpoint;
-    KV tokens from the cache config, then the log.
+    KV tokens from the cache config, then the log. The
+    quantization vLLM applies from its engine-config line, else the checkpoint's config.
     """
     facts = read_facts(startup_log)
     engines = len(snapshot.engines) if snapshot is not None else None
-    weights = resolve_weights(None, facts, checkpoint(), resolve_layout(facts, engines=engines))
+    layout = resolve_layout(facts, engines=engines)
+    weights = resolve_weights(None, facts, checkpoint(), layout)
     cache = None
     if snapshot is not None and snapshot.engines:
         cache = snapshot.cache_for(next(iter(snapshot.engines)))
@@ -85,7 +92,68 @@ def startup_facts(
         block_size=cache.block_size if cache else None,
         vllm_version=facts.vllm_version,
         log_path=log_path,
+        quantization=engine_quantization(startup_log) or config_quantization(model_dir),
+        load_format=engine_setting(startup_log, "load_format"),
+        unquantized_bytes=unquantized_weights(model_dir),
+        stages=startup_stages(startup_log),
+        default_repetition_penalty=generation_default(model_dir, "repetition_penalty"),
+        tensor_parallel=layout.tensor,
     )
+
+
+def startup_stages(startup_log: str) -> dict[str, float]:
+    """The latest start's stages as the exporter reads them (`derive.startup_stages`);
+    a stage the version does not log is absent."""
+    stages = derive.latest_startup_stages(startup_log)
+    return stages.by_stage() if stages else {}
+
+
+def engine_setting(startup_log: str, key: str) -> str | None:
+    """A setting of vLLM's latest engine-config line ("Initializing a V1 LLM engine
+    (v0.24.0) with config: …, quantization=fp8, load_format=dummy, …"); None when absent
+    or None."""
+    found = re.findall(rf"LLM engine .*?\b{key}=(?P<value>[A-Za-z0-9_.\-]+)", startup_log)
+    value = found[-1] if found else None
+    return None if value in (None, "None") else value
+
+
+def engine_quantization(startup_log: str) -> str | None:
+    """What vLLM says it quantizes the weights with; None when unquantized."""
+    return engine_setting(startup_log, "quantization")
+
+
+def _model_config(model_dir: str | None, name: str) -> dict[str, object]:
+    if not model_dir:
+        return {}
+    try:
+        data = json.loads((Path(model_dir) / name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def config_quantization(model_dir: str | None) -> str | None:
+    quant = _model_config(model_dir, "config.json").get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    return str(method) if method else None
+
+
+def unquantized_weights(model_dir: str | None) -> float | None:
+    """The checkpoint's shape at 16 bits (the core's estimate from config.json, without
+    its quantization_config)."""
+    config = _model_config(model_dir, "config.json")
+    if not config:
+        return None
+    plain = {k: v for k, v in config.items() if k != "quantization_config"}
+    try:
+        return float(estimate_from_config({**plain, "torch_dtype": "bfloat16"}))
+    except ValueError:
+        return None
+
+
+def generation_default(model_dir: str | None, key: str) -> float | None:
+    value = _model_config(model_dir, "generation_config.json").get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 # --- requests ------------------------------------------------------------------------------
@@ -118,55 +186,65 @@ def request_stats(completions: Sequence[Completion], d: Increase) -> RequestStat
 # --- quantization --------------------------------------------------------------------------
 
 
-def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float | None]:
-    """Least squares y = a·x + b: (a, b, R²). Needs two distinct x."""
-    n = len(points)
-    xs = [p[0] for p in points]
-    ys = [p[1] for p in points]
-    if n < 2 or len(set(xs)) < 2:
-        raise ValueError("a line needs at least two points with different x")
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
-    intercept = mean_y - slope * mean_x
-    ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in points)
-    ss_tot = sum((y - mean_y) ** 2 for y in ys)
-    r_squared = (1.0 if ss_res == 0 else None) if ss_tot == 0 else 1.0 - ss_res / ss_tot
-    return slope, intercept, r_squared
+def sample(round_index: int, completion: Completion, d: Increase) -> Sample:
+    """One measured request, from its own increase."""
+    return Sample(
+        round=round_index,
+        ttft_seconds=derive.time_to_first_token(d),
+        tpot_seconds=derive.time_per_output_token(d),
+        decode_seconds=d[s.ITL_SUM],
+        generated_tokens=d[s.GENERATION_TOKENS],
+        wall_seconds=completion.wall_seconds,
+    )
 
 
-def fit_tpot(variants: Sequence[VariantResult]) -> tuple[Fit | None, str | None]:
-    """TPOT against weight GiB through the `fit` variants; predictions for every variant."""
-    measured = [
-        (v, v.weights_gib, v.tpot_seconds)
-        for v in variants
-        if v.weights_gib is not None and v.tpot_seconds is not None
-    ]
-    points = [(gib, tpot) for v, gib, tpot in measured if v.fit]
-    names = tuple(v.name for v, _, _ in measured if v.fit)
-    try:
-        slope, intercept, r_squared = fit_line(points)
-    except ValueError as e:
-        return None, f"no fit: {e} (fitted variants measured: {list(names) or 'none'})"
-    predictions = []
-    for v, gib, tpot in measured:
-        predicted = slope * gib + intercept
-        predictions.append(
-            Prediction(
-                name=v.name,
-                weights_gib=gib,
-                tpot_seconds=tpot,
-                predicted_tpot_seconds=predicted,
-                error_ratio=predicted / tpot - 1.0,
-            )
-        )
-    return Fit(slope, intercept, r_squared, names, tuple(predictions)), None
+def bandwidth(d: Increase, startup: Startup, peak: float | None) -> Bandwidth:
+    """The decode step against the hardware, from the core (one GPU's share of the weights
+    / mean step time)."""
+    weights, tp = startup.weights_bytes, startup.tensor_parallel
+    return Bandwidth(
+        weight_read_bytes_per_second=derive.weight_read_bandwidth_per_gpu(d, weights, tp),
+        utilization=derive.memory_bandwidth_utilization(d, weights, peak, tp),
+        decode_floor_seconds=derive.decode_floor_seconds(weights, peak, tp),
+    )
+
+
+def variant_result(
+    variant: Variant,
+    startup: Startup,
+    measured: Sequence[tuple[int, Completion, Increase]],
+    peak: float | None,
+) -> VariantResult:
+    """A variant from its measured requests (every round): TPOT is their median."""
+    total = Increase({}, 0.0)
+    for _, _, d in measured:
+        total = total.then(d)  # the requests one after another
+    samples = tuple(sample(r, c, d) for r, c, d in measured)
+    tpot = findings.spread([x.tpot_seconds for x in samples])
+    return VariantResult(
+        variant.name,
+        variant.model,
+        variant.fit,
+        startup,
+        request_stats([c for _, c, _ in measured], total),
+        samples=samples,
+        tpot=tpot,
+        ttft=findings.spread([x.ttft_seconds for x in samples]),
+        noisy=findings.is_noisy(tpot),
+        bandwidth=bandwidth(total, startup, peak),
+    )
 
 
 # --- KV pressure ---------------------------------------------------------------------------
 
 
-def timeline_point(t: float, baseline: Snapshot, now: Snapshot) -> TimelinePoint:
+def timeline_point(
+    t: float,
+    baseline: Snapshot,
+    now: Snapshot,
+    latency: float | None = None,
+    delay: float | None = None,
+) -> TimelinePoint:
     grown = increase(baseline, now, t)
     return TimelinePoint(
         t=t,
@@ -175,116 +253,36 @@ def timeline_point(t: float, baseline: Snapshot, now: Snapshot) -> TimelinePoint
         kv_cache_usage=gauge_max(now, s.KV_USAGE),
         preemptions=grown[s.PREEMPTIONS],
         generated_tokens=grown[s.GENERATION_TOKENS],
+        latency_seconds=latency,
+        delay_seconds=delay,
     )
 
 
-def preemption_jumps(timeline: Sequence[TimelinePoint]) -> list[float]:
-    """Preemptions seen by each poll (the first poll: since the flood started)."""
-    previous = 0.0
-    jumps = []
-    for p in timeline:
-        jumps.append(derive.counter_increase(previous, p.preemptions))
-        previous = p.preemptions
-    return jumps
+# --- one whole segment, as the exporter beside it saw it -----------------------------------
 
 
-def act_names(timeline: Sequence[TimelinePoint], saturation: float) -> list[str]:
-    """The article's acts, poll by poll.
-
-    The pool fills with nobody waiting ("filling"); from the first poll that finds it full
-    or requests waiting, "saturated with a queue"; from the first preemption to the last,
-    "preemption storm"; after it — or after the pressure ends, if nothing was preempted —
-    "draining". A flood that never fills the pool is "pool never full" throughout.
-    """
-    jumps = preemption_jumps(timeline)
-    pressure = [
-        (p.waiting or 0) > 0 or (p.kv_cache_usage or 0.0) >= saturation or j > 0
-        for p, j in zip(timeline, jumps, strict=True)
-    ]
-    if not any(pressure):
-        return ["pool never full"] * len(timeline)
-    first_pressed = pressure.index(True)
-    last_pressed = len(pressure) - 1 - pressure[::-1].index(True)
-    preempted = [i for i, j in enumerate(jumps) if j > 0]
-    names = []
-    for i in range(len(timeline)):
-        if i < first_pressed:
-            names.append("filling")
-        elif preempted and preempted[0] <= i <= preempted[-1]:
-            names.append("preemption storm")
-        elif (preempted and i > preempted[-1]) or i > last_pressed:
-            names.append("draining")
-        else:
-            names.append("saturated with a queue")
-    return names
-
-
-def name_acts(timeline: Sequence[TimelinePoint], saturation: float) -> list[Act]:
-    """The timeline cut into its acts, each with its preemptions and peaks."""
-    acts: list[Act] = []
-    names = act_names(timeline, saturation)
-    for point, jump, name in zip(timeline, preemption_jumps(timeline), names, strict=True):
-        waiting, usage = point.waiting or 0.0, point.kv_cache_usage or 0.0
-        if acts and acts[-1].name == name:
-            last = acts[-1]
-            acts[-1] = Act(
-                name,
-                last.start_t,
-                point.t,
-                last.polls + 1,
-                last.preemptions + jump,
-                max(last.peak_waiting, waiting),
-                max(last.peak_kv_cache_usage, usage),
-            )
-        else:
-            acts.append(Act(name, point.t, point.t, 1, jump, waiting, usage))
-    return acts
-
-
-def first_time(
-    timeline: Sequence[TimelinePoint], cond: Callable[[TimelinePoint], bool]
-) -> float | None:
-    return next((p.t for p in timeline if cond(p)), None)
-
-
-def _max(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return max(present) if present else None
-
-
-def pressure_summary(timeline: Sequence[TimelinePoint], saturation: float) -> dict[str, object]:
-    jumps = preemption_jumps(timeline)
-    biggest = max(jumps, default=0.0)
+def segment_values(
+    d: Increase, startup: Startup | None, peak: float | None
+) -> dict[str, float | None]:
+    """The exporter's series over the segment, computed by the lab from its own snapshots
+    (same core functions, same span), to set beside what the exporter published."""
+    weights = startup.weights_bytes if startup else None
+    tp = startup.tensor_parallel if startup else 1
     return {
-        "acts": tuple(name_acts(timeline, saturation)),
-        "max_preemption_jump": biggest,
-        "max_preemption_jump_at": timeline[jumps.index(biggest)].t if biggest > 0 else None,
-        "preemptions_total": timeline[-1].preemptions if timeline else 0.0,
-        "peak_waiting": _max([p.waiting for p in timeline]),
-        "peak_kv_cache_usage": _max([p.kv_cache_usage for p in timeline]),
-        "first_full_at": first_time(timeline, lambda p: (p.kv_cache_usage or 0) >= saturation),
-        "first_waiting_at": first_time(timeline, lambda p: (p.waiting or 0) > 0),
-        "first_preemption_at": first_time(timeline, lambda p: p.preemptions > 0),
+        "glassbox_time_per_output_token_seconds": derive.time_per_output_token(d),
+        "glassbox_tokens_per_forward_pass": derive.tokens_per_forward_pass(d),
+        "glassbox_spec_decode_acceptance_ratio": derive.spec_acceptance_ratio(d),
+        "glassbox_kv_cache_capacity_tokens": (
+            float(startup.kv_cache_tokens) if startup and startup.kv_cache_tokens else None
+        ),
+        "glassbox_model_weights_bytes": weights,
+        "glassbox_weight_read_bandwidth_bytes_per_second": derive.weight_read_bandwidth_per_gpu(
+            d, weights, tp
+        ),
+        "glassbox_memory_bandwidth_utilization_ratio": derive.memory_bandwidth_utilization(
+            d, weights, peak, tp
+        ),
     }
-
-
-# --- speculative decoding ------------------------------------------------------------------
-
-
-def spec_runs(
-    runs: Sequence[tuple[str, dict[str, object], bool, RequestStats]],
-) -> tuple[list[SpecRunResult], float | None]:
-    """Each run's decode speed-up per token against the baseline run; the headline one."""
-    baseline = next((stats for _, _, is_base, stats in runs if is_base), None)
-    base_tpot = baseline.tpot_seconds if baseline else None
-    results = []
-    for label, extra, is_base, stats in runs:
-        speedup = None
-        if not is_base and base_tpot is not None and stats.tpot_seconds:
-            speedup = base_tpot / stats.tpot_seconds
-        results.append(SpecRunResult(label, dict(extra), is_base, stats, speedup))
-    headline = next((r.speedup for r in results if not r.baseline), None)
-    return results, headline
 
 
 def gib(value: float | None) -> float | None:

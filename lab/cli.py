@@ -25,12 +25,21 @@ from pathlib import Path
 
 from .backend import Backend
 from .backend import exit_code as stopped_exit_code
-from .plan import Plan, PlanError, load_plan, packaged_plan
+from .plan import (
+    KvPressurePhase,
+    Phase,
+    Plan,
+    PlanError,
+    QuantizationPhase,
+    load_plan,
+    packaged_plan,
+)
 from .progress import Progress
 from .report import dashboard_images, write_outputs
 from .results import LabResults
-from .runner import STOPPED, Lab, run_lab
-from .server_process import DEFAULT_COMMAND
+from .runner import STOPPED, Lab, resolve_peak, run_lab
+from .server_process import DEFAULT_COMMAND, free_port
+from .sidecar import ExporterBeside
 from .telemetry import GrafanaAnnotations, Observer, PhaseInfo
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -193,14 +202,29 @@ def run(args: argparse.Namespace, prog: str) -> int:
                     results.notes.insert(0, leftover)
                 write_outputs(results, out)
 
-            lab = Lab(backend, progress, observers, publish=publish)
-            results = run_lab(plan, lab)
+            peak = resolve_peak(plan, progress)
+            lab = Lab(backend, progress, observers, publish=publish, peak=peak)
+            if kind == "local" and plan.local is not None and plan.local.exporter:
+                observers.append(
+                    ExporterBeside(
+                        free_port(),
+                        lambda series: lab.results.exporter.append(series),
+                        peak.bytes_per_second if peak else None,
+                    )
+                )
+            try:
+                results = run_lab(plan, lab)
+            finally:
+                for o in observers:
+                    if isinstance(o, ExporterBeside):
+                        o.close()
             if args.prometheus:
                 progress.status("drawing the dashboards")
-                images, problem = dashboard_images(
+                images, empty, problem = dashboard_images(
                     args.prometheus, out, results.started_at, results.ended_at or time.time()
                 )
                 results.images.update(images)
+                results.empty_panels.update(empty)
                 results.notes.extend([problem] if problem else [])
                 write_outputs(results, out)
     except STOPPED as e:
@@ -225,8 +249,19 @@ def check(args: argparse.Namespace, prog: str) -> int:
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_USAGE
     print(f"{plan.name}: valid; targets: {', '.join(plan.backends)}")
+    if plan.peak_bandwidth is not None:
+        peak = plan.peak_bandwidth
+        print(
+            "  peak memory bandwidth: "
+            + (
+                "measured by a copy benchmark when the run starts"
+                if peak.bytes_per_second is None
+                else f"{peak.bytes_per_second / 1e9:,.0f} GB/s from {peak.source}"
+            )
+        )
     for phase in plan.phases:
-        print(f"  {phase.name} ({phase.kind})")
+        print(f"  {phase.name} ({phase.kind}): {describe_phase(phase)}")
+    print(f"  {plan.server_starts} server start(s)")
     return EXIT_OK
 
 
@@ -261,6 +296,27 @@ def restore(args: argparse.Namespace, prog: str) -> int:
     else:
         print(f"{plan.name}: no record of an interrupted run on the Deployment; nothing to do")
     return EXIT_OK
+
+
+def describe_phase(phase: Phase) -> str:
+    """What a phase will do, in one line (for `lab check`)."""
+    if isinstance(phase, QuantizationPhase):
+        fitted = [v.name for v in phase.variants if v.fit]
+        return (
+            f"{len(phase.variants)} variants × {phase.rounds} round(s), "
+            f"{phase.warmup} warm-up + {phase.requests} measured request(s) each; "
+            f"line through {', '.join(fitted)}, on it within ±{phase.tolerance:.0%}"
+        )
+    if isinstance(phase, KvPressurePhase):
+        return (
+            f"{phase.concurrency} requests of {phase.request.max_tokens} tokens at once, "
+            f"polled every {phase.poll_seconds:g}s"
+        )
+    runs = ", ".join(
+        r.label + (" (baseline)" if r.baseline else "") + ("" if r.speculation else " [off]")
+        for r in phase.runs
+    )
+    return f"{phase.requests} request(s) per run: {runs}"
 
 
 def main(argv: Sequence[str], prog: str = "glassbox lab") -> int:

@@ -1,11 +1,13 @@
 """`glassbox demo`: the whole story on this machine, with no GPU and no cluster.
 
 The shipped CPU plan (`lab/plans/cpu-demo.yaml`) on the local backend: the real vLLM CPU
-build serving tiny generated models, restarted per phase on one fixed port; the exporter
-beside each server (`exporter/service.py`, started when the server is ready, stopped
-with it); when Debian's Prometheus is installed, one on loopback scraping vLLM, the
-exporter and the lab's phase series, whose data the dashboards are drawn from at the end.
-Then report.md, results.json and the plots, and a short summary on stdout.
+build serving tiny generated models, restarted per phase on one fixed port; this
+machine's memory bandwidth measured first (a copy benchmark: the peak of the bandwidth
+series); the exporter beside each server (`lab/sidecar.py`, started when the server is
+ready, stopped with it); when Debian's Prometheus is installed, one on loopback with
+glassbox's recording rules and alerts, scraping vLLM, the exporter and the lab's phase
+series, whose data the dashboards are drawn from at the end. Then report.md,
+results.json and the plots, and a short summary on stdout.
 """
 
 from __future__ import annotations
@@ -15,97 +17,28 @@ import contextlib
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import yaml
-from vllm_glassbox.exporter.service import ExporterConfig, serve
-from vllm_glassbox.exporter.textformat import PageError, parse_samples
 
-from .backend import Deployed
 from .backend import exit_code as stopped_exit_code
 from .local import LocalBackend
 from .plan import TINY_PREFIX, Phase, Plan, PlanError, QuantizationPhase, load_plan, packaged_plan
 from .progress import Progress
-from .report import EXPORTER_COLUMNS, dashboard_images, summary_lines, write_outputs
+from .report import dashboard_images, summary_lines, write_outputs
 from .results import ExporterSeries, LabResults
-from .runner import STOPPED, Lab, run_lab
+from .runner import STOPPED, Lab, resolve_peak, run_lab
 from .server_process import DEFAULT_COMMAND, free_port
-from .telemetry import Observer, PhaseInfo, Segment
+from .sidecar import LOOPBACK, ExporterBeside
+from .telemetry import PhaseInfo
 
-LOOPBACK = "127.0.0.1"
 SCRAPE_INTERVAL = "2s"
-EXPORTER_INTERVAL = 1.0
-
-
-class ExporterBeside(Observer):
-    """`glassbox exporter` next to each server, on one fixed port across restarts.
-
-    At the end of each segment its derived series (as of its last poll) are kept for the
-    report: the sidecar's live view of the same workload the lab measured.
-    """
-
-    def __init__(
-        self, port: int, keep: Callable[[ExporterSeries], None], window_seconds: float = 60.0
-    ) -> None:
-        self.port = port
-        self.keep = keep
-        self.window_seconds = window_seconds
-        self._stop: threading.Event | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
-
-    def server_ready(self, segment: Segment, deployed: Deployed) -> None:
-        self.close()
-        config = ExporterConfig(
-            target=deployed.url,
-            listen_host=LOOPBACK,
-            listen_port=self.port,
-            interval_seconds=EXPORTER_INTERVAL,
-            window_seconds=self.window_seconds,
-            model_dir=deployed.model_dir,
-            vllm_log=deployed.log_path,
-        )
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=serve, args=(config, self._stop), name="exporter", daemon=True
-        )
-        self._thread.start()
-        # Let it see the idle server first, so its window holds the whole workload.
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and self.read().get("glassbox_target_up") != 1:
-            time.sleep(0.2)
-
-    def segment_ended(self, segment: Segment, ended_at: float, error: str | None) -> None:
-        if self._thread is not None and error is None:
-            time.sleep(EXPORTER_INTERVAL + 0.5)  # one more poll, after the workload
-            values = self.read()
-            if values:
-                self.keep(ExporterSeries(segment.title, values))
-        self.close()
-
-    def read(self) -> dict[str, float]:
-        """The exporter's derived series now, summed over engines (one engine here)."""
-        try:
-            text = httpx.get(self.url + "/metrics", timeout=5).text
-            wanted = ["glassbox_target_up", *(name for name, _, _ in EXPORTER_COLUMNS)]
-            samples = parse_samples(text, wanted)
-        except (httpx.HTTPError, PageError):
-            return {}
-        return {name: sum(series.values()) for name, series in samples.items() if series}
-
-    def close(self) -> None:
-        if self._stop is not None and self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=10)
-        self._stop = self._thread = None
+#: glassbox's recording rules and alerts, in a source checkout (not in an installed wheel).
+RULES_DIR = Path(__file__).resolve().parent.parent / "alerts"
 
 
 def cpu_flags(cpuinfo: str) -> set[str]:
@@ -141,9 +74,18 @@ def without_awq(plan: Plan) -> tuple[Plan, list[str]]:
     return replace(plan, phases=tuple(phases)), dropped
 
 
-def prometheus_config(targets: dict[str, int]) -> dict[str, object]:
+def rule_files(directory: Path = RULES_DIR) -> list[str]:
+    return sorted(str(p) for p in directory.glob("*.yaml")) if directory.is_dir() else []
+
+
+def prometheus_config(targets: dict[str, int], rules: Sequence[str] = ()) -> dict[str, object]:
     return {
-        "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": "1500ms"},
+        "global": {
+            "scrape_interval": SCRAPE_INTERVAL,
+            "scrape_timeout": "1500ms",
+            "evaluation_interval": SCRAPE_INTERVAL,
+        },
+        "rule_files": list(rules),
         "scrape_configs": [
             {"job_name": job, "static_configs": [{"targets": [f"{LOOPBACK}:{port}"]}]}
             for job, port in targets.items()
@@ -152,7 +94,9 @@ def prometheus_config(targets: dict[str, int]) -> dict[str, object]:
 
 
 @contextlib.contextmanager
-def prometheus(workdir: Path, targets: dict[str, int]) -> Iterator[str | None]:
+def prometheus(
+    workdir: Path, targets: dict[str, int], rules: Sequence[str] = ()
+) -> Iterator[str | None]:
     """Debian's Prometheus on loopback scraping `targets`; None when it is not installed."""
     binary = shutil.which("prometheus")
     if binary is None:
@@ -160,7 +104,7 @@ def prometheus(workdir: Path, targets: dict[str, int]) -> Iterator[str | None]:
         return
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump(prometheus_config(targets)))
+    config.write_text(yaml.safe_dump(prometheus_config(targets, rules)))
     port = free_port()
     url = f"http://{LOOPBACK}:{port}"
     with open(workdir / "prometheus.log", "wb") as log:
@@ -252,6 +196,12 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    rules = rule_files()
+    if not rules and not args.no_prometheus:
+        notes.append(
+            f"glassbox's recording rules were not found ({RULES_DIR}): the dashboards' fleet "
+            "panels have no data."
+        )
     ports = {"vllm": free_port(), "glassbox": free_port(), "glassbox-lab": free_port()}
     backend = LocalBackend(plan.local, out / "logs", args.server_command, port=ports["vllm"])
     phase_info = PhaseInfo()
@@ -267,11 +217,14 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
         prom_ctx = (
             contextlib.nullcontext(None)
             if args.no_prometheus
-            else prometheus(out / "prometheus", ports)
+            else prometheus(out / "prometheus", ports, rules)
         )
         with prom_ctx as prom_url, Progress() as progress:
-            exporter = ExporterBeside(ports["glassbox"], kept.append)
-            lab = Lab(backend, progress, [phase_info, exporter], publish=publish)
+            peak = resolve_peak(plan, progress)
+            exporter = ExporterBeside(
+                ports["glassbox"], kept.append, peak.bytes_per_second if peak else None
+            )
+            lab = Lab(backend, progress, [phase_info, exporter], publish=publish, peak=peak)
             progress.note(
                 f"glassbox demo: {plan.name}, {len(plan.phases)} phases; vLLM CPU on port "
                 f"{ports['vllm']}, exporter on {ports['glassbox']}"
@@ -283,8 +236,9 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
                 exporter.close()
             if prom_url:
                 progress.status("drawing the dashboards")
-                images, problem = dashboard_images(prom_url, out, started, time.time())
+                images, empty, problem = dashboard_images(prom_url, out, started, time.time())
                 results.images.update(images)
+                results.empty_panels.update(empty)
                 notes.extend([problem] if problem else [])
                 publish(results)
     except STOPPED as e:

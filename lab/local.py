@@ -35,7 +35,7 @@ class LocalBackend:
         self.log_dir = log_dir
         self.server_command = server_command
         self.port = port  # fixed, so a Prometheus can follow the restarts; else a free one
-        self.env = env
+        self.env = {**target.env, **(env or {})}
         self.started = 0
         self._server: ServerProcess | None = None
 

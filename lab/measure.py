@@ -8,6 +8,12 @@ function of `exporter/derive.py`.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -78,9 +84,9 @@ class VllmClient:
     def close(self) -> None:
         self._http.close()
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, timeout: float = 10.0) -> Snapshot:
         try:
-            r = self._http.get(self.url + "/metrics", timeout=10.0)
+            r = self._http.get(self.url + "/metrics", timeout=timeout)
             r.raise_for_status()
             return read_snapshot(r.text)
         except (httpx.HTTPError, PageError) as e:
@@ -130,52 +136,135 @@ class VllmClient:
         after = self.settled_snapshot(before, sum(c.completion_tokens for c in done), len(done))
         return Measured(done, increase(before, after, time.monotonic() - started))
 
+    def measure_each(self, bodies: Sequence[Mapping[str, Any]]) -> list[Measured]:
+        """Send the requests one after the other, each with its own increase around it
+        (so their spread can be told)."""
+        out = []
+        before = self.snapshot()
+        for body in bodies:
+            started = time.monotonic()
+            done = self.complete(body)
+            after = self.settled_snapshot(before, done.completion_tokens, 1)
+            out.append(Measured((done,), increase(before, after, time.monotonic() - started)))
+            before = after
+        return out
+
 
 class Sampler:
-    """Polls /metrics on a fixed period in the background (timeline, live progress).
+    """Polls /metrics on a fixed period (the KV-pressure timeline, live progress).
 
-    `on_sample(t, snapshot)` is called with seconds since start; a failed poll is skipped.
+    It runs apart from the request load: a process of its own (`lab/poller.py`) with its
+    own connection and a schedule that waits for nothing, which appends every page to a
+    file with the times it was sent and came back; a thread here reads the file.
+    `on_sample(t, snapshot, latency, delay)` gets each page with the seconds since the
+    first poll when it arrived, how long vLLM took to answer, and how late after its tick
+    the poll was sent (the machine's CPU starved the poller); a poll that fails or outlasts its
+    deadline goes to `on_missed(t, error)` — recorded, never skipped silently — and the
+    next follows at once. Entering waits for the first poll (t = 0).
     """
 
     def __init__(
         self,
         client: VllmClient,
         period: float,
-        on_sample: Callable[[float, Snapshot], None],
-        clock: Callable[[], float] = time.monotonic,
+        on_sample: Callable[[float, Snapshot, float, float], None],
+        on_missed: Callable[[float, str], None] = lambda t, error: None,
     ) -> None:
-        self.client = client
+        self.url = client.url
         self.period = period
+        self.deadline = max(2.0 * period, 2.0)  # a poll may be late; past this it failed
         self.on_sample = on_sample
-        self.clock = clock
+        self.on_missed = on_missed
         self.errors = 0
+        self.polls = 0
+        self._start: float | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
-        self._start = 0.0
+        self._first = threading.Event()
+        self._reader = threading.Thread(target=self._read, name="sampler", daemon=True)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._path = ""
 
     def __enter__(self) -> Sampler:
-        self._start = self.clock()
-        self._thread.start()
+        fd, self._path = tempfile.mkstemp(prefix="glassbox-poll-", suffix=".jsonl")
+        os.close(fd)
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "vllm_glassbox.lab.poller",
+                self.url,
+                str(self.period),
+                str(self.deadline),
+                self._path,
+            ],
+            stdin=subprocess.PIPE,  # closed by us, or by the kernel if the lab dies
+            stdout=subprocess.DEVNULL,
+            # A session of its own is a scheduling group of its own (Linux autogroups): a
+            # mostly idle one, so its polls wake on time however busy the lab's
+            # process is. Ctrl-C reaches it through the lab, which closes its stdin.
+            start_new_session=True,
+        )
+        self._reader.start()
+        self._first.wait(timeout=30.0)  # a Python start on a loaded machine
         return self
 
     def __exit__(self, *exc: object) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                proc.wait(timeout=self.deadline + 5.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         self._stop.set()
-        self._thread.join(timeout=15.0)
+        self._reader.join(timeout=10.0)
+        with contextlib.suppress(OSError):
+            os.unlink(self._path)
 
-    def sample_now(self) -> None:
-        try:
-            snapshot = self.client.snapshot()
-        except LabError:
+    def _read(self) -> None:
+        """Follow the poller's file: one JSON line per poll, dispatched in order."""
+        with open(self._path, encoding="utf-8") as f:
+            partial = ""
+            while True:
+                chunk = f.readline()
+                if not chunk:
+                    if self._stop.is_set():
+                        return
+                    time.sleep(0.05)
+                    continue
+                partial += chunk
+                if not partial.endswith("\n"):
+                    continue
+                line, partial = partial, ""
+                try:
+                    self._dispatch(json.loads(line))
+                except Exception as e:  # a bad line or callback must not stop the timeline
+                    self.errors += 1
+                    self.on_missed(self._t(time.monotonic()), f"poll not read: {e}")
+                finally:
+                    self._first.set()
+
+    def _t(self, when: float) -> float:
+        if self._start is None:
+            self._start = when
+        return when - self._start
+
+    def _dispatch(self, poll: dict[str, Any]) -> None:
+        sent, received = float(poll["sent"]), float(poll["received"])
+        if self._start is None:
+            self._start = sent  # t = 0 is the first poll
+        self.polls += 1
+        if "page" not in poll:
             self.errors += 1
+            self.on_missed(self._t(received), f"cannot read {self.url}: {poll['error']}")
             return
-        self.on_sample(self.clock() - self._start, snapshot)
-
-    def _run(self) -> None:
-        next_at = self._start
-        while not self._stop.is_set():
-            self.sample_now()
-            next_at += self.period
-            now = self.clock()
-            if next_at < now:  # fell behind: keep the period, skip the missed ticks
-                next_at = now + self.period
-            self._stop.wait(max(0.0, next_at - now))
+        try:
+            snapshot = read_snapshot(str(poll["page"]))
+        except PageError as e:
+            self.errors += 1
+            self.on_missed(self._t(received), f"cannot read {self.url}/metrics: {e}")
+            return
+        delay = sent - float(poll.get("scheduled", sent))
+        self.on_sample(self._t(received), snapshot, received - sent, delay)

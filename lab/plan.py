@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from vllm_glassbox.exporter.weights import gpu_bandwidth
 from vllm_glassbox.units import parse_duration
 
 from .backend import REMOVE, FlagOverrides, FlagValue
-from .tinymodel import TinyModelSpec
+from .tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
 
 KINDS = ("quantization", "kv-pressure", "spec-decode")
 TINY_PREFIX = "tiny:"
@@ -35,12 +36,16 @@ TINY_PREFIX = "tiny:"
 QUANTIZATION_PROMPT = "Kubernetes is"
 KV_PRESSURE_PROMPT = "Write an extremely long and detailed essay, number {i}."
 SPEC_DECODE_PROMPT = " ".join(["1 2 3 4 5"] * 10)
+SPECULATIVE_CONFIG = "--speculative-config"
 NGRAM_CONFIG = {
     "method": "ngram",
     "num_speculative_tokens": 5,
     "prompt_lookup_max": 4,
     "prompt_lookup_min": 1,
 }
+
+#: Largest random checkpoint a plan may ask to write; bigger models use vLLM's dummy loader.
+MAX_CHECKPOINT_BYTES = 4 * 1024**3
 
 _FLAG_NAME = re.compile(r"^--[a-z0-9]+(?:-[a-z0-9]+)*$")
 _PHASE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -92,9 +97,19 @@ class QuantizationPhase:
     flags: FlagOverrides
     request: Request
     variants: tuple[Variant, ...]
-    warmup: int  # unmeasured requests before the measured ones
-    requests: int  # measured requests per variant (their increases are summed)
+    warmup: int  # unmeasured requests after each server start
+    requests: int  # measured requests per variant and round (TPOT: their median)
+    rounds: int  # every variant started and measured once per round, the order reversed
+    tolerance: float  # a predicted variant within this error ratio is on the line
     kind: str = "quantization"
+
+    def order(self) -> list[tuple[int, Variant]]:
+        """(round, variant) in the order they run: A B C, C B A, A B C…, so that a drift
+        of the machine over the run does not land on one variant."""
+        out: list[tuple[int, Variant]] = []
+        for r in range(self.rounds):
+            out += [(r, v) for v in (self.variants if r % 2 == 0 else self.variants[::-1])]
+        return out
 
 
 @dataclass(frozen=True)
@@ -107,6 +122,7 @@ class KvPressurePhase:
     poll_seconds: float
     timeout_seconds: float
     saturation: float  # KV usage from which the pool counts as full
+    warmup: int  # short requests before the flood, so one-time costs do not delay it
     kind: str = "kv-pressure"
 
 
@@ -115,6 +131,7 @@ class SpecRun:
     label: str
     extra: Mapping[str, Any]
     baseline: bool  # the run the others' speed-up is measured against
+    speculation: bool = True  # False: on a server started without --speculative-config
 
 
 @dataclass(frozen=True)
@@ -124,12 +141,17 @@ class SpecDecodePhase:
     flags: FlagOverrides
     request: Request
     runs: tuple[SpecRun, ...]
-    requests: int  # measured requests per run
+    requests: int  # measured requests per run (TPOT: their median)
     kind: str = "spec-decode"
 
     @property
     def baseline(self) -> SpecRun:
         return next(r for r in self.runs if r.baseline)
+
+    @property
+    def flags_without_speculation(self) -> FlagOverrides:
+        """The phase's flags for the runs without speculation (a server of their own)."""
+        return {**self.flags, SPECULATIVE_CONFIG: REMOVE}
 
 
 Phase = QuantizationPhase | KvPressurePhase | SpecDecodePhase
@@ -143,6 +165,8 @@ class LocalTarget:
     tiny_models: Mapping[str, TinyModelSpec]
     model_cache: Path
     startup_timeout_seconds: float
+    env: Mapping[str, str] = field(default_factory=dict)  # for the server process
+    exporter: bool = False  # run `glassbox exporter` beside each server (its series: report)
 
 
 @dataclass(frozen=True)
@@ -163,6 +187,18 @@ class GrafanaTarget:
 
 
 @dataclass(frozen=True)
+class PeakBandwidth:
+    """Where the peak memory bandwidth of the hardware comes from (bytes/s)."""
+
+    bytes_per_second: float | None  # None: measured by a copy benchmark when the run starts
+    source: str  # "the plan", "the H200 datasheet", "measure"
+
+    @property
+    def measure(self) -> bool:
+        return self.bytes_per_second is None
+
+
+@dataclass(frozen=True)
 class Plan:
     name: str
     description: str
@@ -170,6 +206,20 @@ class Plan:
     kubernetes: KubernetesTarget | None
     grafana: GrafanaTarget | None
     phases: tuple[Phase, ...]
+    peak_bandwidth: PeakBandwidth | None = None
+
+    @property
+    def server_starts(self) -> int:
+        """How many times a run starts vLLM (the costly part of a run)."""
+        starts = 0
+        for phase in self.phases:
+            if isinstance(phase, QuantizationPhase):
+                starts += len(phase.variants) * phase.rounds
+            elif isinstance(phase, SpecDecodePhase):
+                starts += len({r.speculation for r in phase.runs})
+            else:
+                starts += 1
+        return starts
 
     @property
     def backends(self) -> list[str]:
@@ -277,6 +327,42 @@ def _positive_number(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ValueError(f"must be a number > 0, not {value!r}")
     return float(value)
+
+
+def _ratio(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ValueError(f"must be a number between 0 and 1 (0.1 is 10 %), not {value!r}")
+    return float(value)
+
+
+def _peak_bandwidth(value: object) -> PeakBandwidth:
+    """`measure`, bytes/s (4.8e12), or a GPU of the exporter's datasheet table (H200)."""
+    if isinstance(value, str) and value.strip() == "measure":
+        return PeakBandwidth(None, "measure")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return PeakBandwidth(float(value), "the plan")
+    if isinstance(value, str):
+        try:
+            return PeakBandwidth(float(value), "the plan")
+        except ValueError:
+            pass
+        try:
+            return PeakBandwidth(gpu_bandwidth(value), f"the {value.strip()} datasheet")
+        except ValueError as e:
+            known = str(e).partition("known: ")[2].partition(" (")[0]
+            raise ValueError(
+                f"unknown GPU {value!r} (known: {known}); or give bytes per second, or `measure`"
+            ) from None
+    raise ValueError(f"must be `measure`, bytes per second or a GPU name, not {value!r}")
+
+
+def _env(value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str | int | float) and not isinstance(v, bool)
+        for k, v in value.items()
+    ):
+        raise ValueError("must map variable names to strings")
+    return {k: str(v) for k, v in value.items()}
 
 
 def _fraction(value: object) -> float:
@@ -393,8 +479,10 @@ def _quantization(node: _Node, name: str) -> QuantizationPhase:
         flags=_flags(node, "flags"),
         request=request,
         variants=tuple(variants),
-        warmup=node.get("warmup", _count, 0),
-        requests=node.get("requests", _positive_int, 1),
+        warmup=node.get("warmup", _count, 1),
+        requests=node.get("requests", _positive_int, 3),
+        rounds=node.get("rounds", _positive_int, 1),
+        tolerance=node.get("tolerance", _ratio, 0.10),
     )
 
 
@@ -413,6 +501,7 @@ def _kv_pressure(node: _Node, name: str) -> KvPressurePhase:
         poll_seconds=node.get("poll", _duration, 5.0),
         timeout_seconds=node.get("timeout", _duration, 3600.0),
         saturation=node.get("saturation", _fraction, 0.95),
+        warmup=node.get("warmup", _count, 1),
     )
 
 
@@ -425,13 +514,17 @@ def _spec_decode(node: _Node, name: str) -> SpecDecodePhase:
                 label=r.get("label", _text),
                 extra=r.get("extra", _run_extra, {}),
                 baseline=r.get("baseline", _boolean, False),
+                speculation=r.get("speculation", _boolean, True),
             )
         )
         r.done()
-    if node.raw("runs") is _MISSING:  # the article: with and without repetition_penalty 1.0
+    if node.raw("runs") is _MISSING:
+        # The article's two requests with speculation on, and the baseline: the same
+        # request on a server without speculation (a run that drafts is no baseline).
         runs = [
             SpecRun("repetition_penalty 1.0", {"repetition_penalty": 1.0}, False),
-            SpecRun("model defaults", {}, True),
+            SpecRun("model defaults", {}, False),
+            SpecRun("no speculation", {"repetition_penalty": 1.0}, True, speculation=False),
         ]
     elif len(runs) < 2:
         node.problem("runs", "needs at least two runs to compare")
@@ -440,14 +533,17 @@ def _spec_decode(node: _Node, name: str) -> SpecDecodePhase:
     if len(baselines) > 1:
         node.problem("runs", f"only one run can be the baseline, not {baselines}")
     elif runs and not baselines:  # compare against the last run
-        runs[-1] = SpecRun(runs[-1].label, runs[-1].extra, True)
+        runs[-1] = SpecRun(runs[-1].label, runs[-1].extra, True, runs[-1].speculation)
+    flags = _flags(node, "flags", {SPECULATIVE_CONFIG: flag_value(NGRAM_CONFIG)})
+    if flags.get(SPECULATIVE_CONFIG, REMOVE) is REMOVE and any(r.speculation for r in runs):
+        node.problem("flags", f"{SPECULATIVE_CONFIG} is needed by the runs with speculation")
     return SpecDecodePhase(
         name=name,
         model=node.get("model", _text, None),
-        flags=_flags(node, "flags", {"--speculative-config": flag_value(NGRAM_CONFIG)}),
+        flags=flags,
         request=request,
         runs=tuple(runs),
-        requests=node.get("requests", _positive_int, 1),
+        requests=node.get("requests", _positive_int, 3),
     )
 
 
@@ -473,6 +569,7 @@ _TINY_KEYS = {
     "num_kv_heads": _positive_int,
     "intermediate_size": _positive_int,
     "max_position_embeddings": _positive_int,
+    "vocab_size": _positive_int,
 }
 
 
@@ -482,16 +579,34 @@ def _tiny_model(node: _Node, name: str) -> TinyModelSpec | None:
     }
     values["repetition_penalty"] = node.get("repetition_penalty", _positive_number, None)
     precision = node.get("precision", _text, "bf16")
-    if precision not in ("bf16", "awq"):
-        node.problem("precision", f"must be bf16 or awq, not {precision!r}")
+    if precision not in PRECISIONS:
+        node.problem("precision", f"must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    checkpoint = node.get("checkpoint", _boolean, None)
     node.done()
-    spec = TinyModelSpec(name, precision=precision, **{k: v for k, v in values.items() if v})
+    spec = TinyModelSpec(
+        name,
+        precision=precision,
+        checkpoint=checkpoint,
+        **{k: v for k, v in values.items() if v},
+    )
     if spec.hidden_size % spec.num_heads:
         node.problem("num_heads", f"must divide hidden_size {spec.hidden_size}")
     elif spec.num_heads % spec.num_kv_heads:
         node.problem("num_kv_heads", f"must divide num_heads {spec.num_heads}")
-    if precision == "awq" and (spec.hidden_size % 128 or spec.intermediate_size % 128):
-        node.problem("", "AWQ needs hidden_size and intermediate_size divisible by 128")
+    if precision in ("awq", "gptq") and (spec.hidden_size % 128 or spec.intermediate_size % 128):
+        node.problem(
+            "", f"{precision.upper()} needs hidden_size and intermediate_size divisible by 128"
+        )
+    if spec.vocab_size < VOCAB_SIZE:
+        node.problem("vocab_size", f"must hold the {VOCAB_SIZE}-token tokenizer")
+    if checkpoint and precision != "bf16":
+        node.problem("checkpoint", f"only BF16 checkpoints are written ({precision}: dummy)")
+    elif spec.writes_checkpoint and spec.parameter_count() * 2 > MAX_CHECKPOINT_BYTES:
+        node.problem(
+            "checkpoint",
+            f"would write {spec.parameter_count() * 2 / 1024**3:.1f} GiB of random weights: "
+            "set `checkpoint: false` and serve it with --load-format dummy",
+        )
     return spec
 
 
@@ -527,6 +642,8 @@ def _local(node: _Node) -> LocalTarget:
             node.get("model_cache", _text, "~/.cache/vllm-glassbox/models")
         ).expanduser(),
         startup_timeout_seconds=node.get("startup_timeout", _duration, 900.0),
+        env=node.get("env", _env, {}),
+        exporter=node.get("exporter", _boolean, False),
     )
     node.done()
     return target
@@ -582,6 +699,7 @@ def parse_plan(data: object, source: str = "plan") -> Plan:
     elif root.raw("target") is _MISSING:
         root.problem("target", "required")
     grafana = _grafana(root.child("grafana")) if root.raw("grafana") is not _MISSING else None
+    peak = root.get("peak_bandwidth", _peak_bandwidth, None)
 
     phases: list[Phase] = []
     names: list[str] = []
@@ -608,7 +726,7 @@ def parse_plan(data: object, source: str = "plan") -> Plan:
     root.done()
     if problems:
         raise PlanError(problems, source)
-    return Plan(name, description, local, kubernetes, grafana, tuple(phases))
+    return Plan(name, description, local, kubernetes, grafana, tuple(phases), peak)
 
 
 def _check_tiny_refs(local: LocalTarget | None, phases: list[Phase], problems: list[str]) -> None:

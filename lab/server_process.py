@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -21,6 +22,9 @@ from types import TracebackType
 import httpx
 
 DEFAULT_COMMAND = f"{shlex.quote(sys.executable)} -m vllm.entrypoints.openai.api_server"
+
+# A Python exception as a traceback's last line names it: "ModuleNotFoundError: No module…".
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .+")
 
 # Strong references: a server dropped without stop() must still be stopped at exit.
 _live: set[ServerProcess] = set()
@@ -84,7 +88,7 @@ class ServerProcess:
             if not self.running():
                 raise ServerError(
                     f"server exited with code {self._proc.returncode if self._proc else '?'} "
-                    f"before it was ready:\n{self.log_tail()}"
+                    f"before it was ready{self.errors_in_log()}:\n{self.log_tail()}"
                 )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
@@ -100,6 +104,16 @@ class ServerProcess:
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def errors_in_log(self, most: int = 3) -> str:
+        """The exceptions the log names (`ModuleNotFoundError: …`), first ones first: a
+        server's last lines often only say "see root cause above"."""
+        found: list[str] = []
+        for line in self.log_text().splitlines():
+            m = _EXCEPTION.match(line.strip())
+            if m and m.group(0) not in found:
+                found.append(m.group(0))
+        return f" ({'; '.join(found[:most])})" if found else ""
 
     def stop(self, grace_seconds: float = 15.0) -> None:
         """SIGTERM the whole process group, then SIGKILL what is left."""

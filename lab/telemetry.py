@@ -12,6 +12,7 @@ the segment end. Neither may stop the lab: a failure is a warning.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -83,10 +84,19 @@ class PhaseInfo(Observer):
         return []
 
     def serve(self, host: str, port: int) -> ThreadingHTTPServer:
-        server = ThreadingHTTPServer((host, port), MetricsHandler.factory(self.registry))
+        server = _QuietServer((host, port), MetricsHandler.factory(self.registry))
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, name="lab-metrics", daemon=True).start()
         return server
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A scraper that gave up (Prometheus' scrape timeout on a loaded machine) is not an
+    error of ours: no traceback on stderr for it."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class GrafanaAnnotations(Observer):

@@ -1,9 +1,13 @@
-"""Tiny Qwen2-style checkpoints generated on the spot, for vLLM's CPU build.
+"""Qwen2-style model folders generated on the spot: tiny ones for vLLM's CPU build, and
+config-only ones of any size for vLLM's dummy loader.
 
 Nothing can be downloaded here, so the demo and the tests make their own models: a
-`config.json`, a small BPE tokenizer trained locally, and a real random
-`model.safetensors` (so vLLM takes its normal load path and glassbox reads real
-safetensors headers). Random weights produce repetitive text, which ngram speculation
+`config.json`, a small BPE tokenizer trained locally, and — for small BF16 models — a
+real random `model.safetensors` (so vLLM takes its normal load path and glassbox reads
+real safetensors headers). A folder without a checkpoint (`checkpoint: false`, and every
+AWQ or GPTQ model) is served with `--load-format dummy`: vLLM fills random weights of
+the real shapes and dtypes, so memory, decode time and bandwidth are real while the
+outputs are not. Random weights produce repetitive text, which ngram speculation
 happily accepts.
 """
 
@@ -17,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-VOCAB_SIZE = 1024
+VOCAB_SIZE = 1024  # of the trained tokenizer; a config may declare a larger vocabulary
+PRECISIONS = ("bf16", "awq", "gptq")
 
 
 @dataclass(frozen=True)
@@ -29,10 +34,18 @@ class TinyModelSpec:
     num_kv_heads: int = 2
     intermediate_size: int = 704
     max_position_embeddings: int = 4096
-    #: "bf16" writes real random weights; "awq" writes a config for vLLM's dummy loader.
+    #: "bf16", or a 4-bit format vLLM's dummy loader fills: "awq", "gptq".
     precision: str = "bf16"
     #: A default for requests in generation_config.json (Qwen2.5's is 1.05), or none.
     repetition_penalty: float | None = None
+    #: The config's vocabulary (its embeddings and LM head); the tokenizer has VOCAB_SIZE.
+    vocab_size: int = VOCAB_SIZE
+    #: Write random BF16 weights; None: for BF16 models only. Without: --load-format dummy.
+    checkpoint: bool | None = None
+
+    @property
+    def writes_checkpoint(self) -> bool:
+        return self.precision == "bf16" if self.checkpoint is None else self.checkpoint
 
     @property
     def head_dim(self) -> int:
@@ -41,9 +54,9 @@ class TinyModelSpec:
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
         h, kv = self.hidden_size, self.num_kv_heads * self.head_dim
         shapes: dict[str, tuple[int, ...]] = {
-            "model.embed_tokens.weight": (VOCAB_SIZE, h),
+            "model.embed_tokens.weight": (self.vocab_size, h),
             "model.norm.weight": (h,),
-            "lm_head.weight": (VOCAB_SIZE, h),
+            "lm_head.weight": (self.vocab_size, h),
         }
         for i in range(self.num_layers):
             p = f"model.layers.{i}."
@@ -77,7 +90,7 @@ def _config(spec: TinyModelSpec) -> dict[str, object]:
         "num_attention_heads": spec.num_heads,
         "num_key_value_heads": spec.num_kv_heads,
         "max_position_embeddings": spec.max_position_embeddings,
-        "vocab_size": VOCAB_SIZE,
+        "vocab_size": spec.vocab_size,
         "rms_norm_eps": 1e-6,
         "rope_theta": 10000.0,
         "hidden_act": "silu",
@@ -95,6 +108,23 @@ def _config(spec: TinyModelSpec) -> dict[str, object]:
             "group_size": 128,
             "zero_point": True,
             "version": "gemm",
+        }
+    elif spec.precision == "gptq":
+        config["torch_dtype"] = "float16"
+        config["quantization_config"] = {
+            "quant_method": "gptq",
+            "bits": 4,
+            "group_size": 128,
+            "desc_act": False,
+            "sym": True,
+            # Without a checkpoint vLLM cannot read from the safetensors which modules are
+            # quantized, and would serve every layer unquantized: name them.
+            "modules_in_block_to_quantize": [
+                ["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"],
+                ["self_attn.o_proj"],
+                ["mlp.up_proj", "mlp.gate_proj"],
+                ["mlp.down_proj"],
+            ],
         }
     return config
 
@@ -195,14 +225,22 @@ def generate(spec: TinyModelSpec, root: Path) -> Path:
     generation: dict[str, object] = {"bos_token_id": 1, "eos_token_id": 2}
     if spec.repetition_penalty is not None:
         generation["repetition_penalty"] = spec.repetition_penalty
-    if marker.exists() and json.loads((directory / "config.json").read_text()) == config:
+    checkpoint = directory / "model.safetensors"
+    if (
+        marker.exists()
+        and json.loads((directory / "config.json").read_text()) == config
+        and checkpoint.exists() == spec.writes_checkpoint
+    ):
         (directory / "generation_config.json").write_text(json.dumps(generation))
         return directory
     directory.mkdir(parents=True, exist_ok=True)
+    marker.unlink(missing_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     (directory / "generation_config.json").write_text(json.dumps(generation))
     write_tokenizer(directory)
-    if spec.precision == "bf16":
-        write_safetensors(directory / "model.safetensors", spec.tensor_shapes())
+    if spec.writes_checkpoint:
+        write_safetensors(checkpoint, spec.tensor_shapes())
+    else:  # served by vLLM's dummy loader: no stale weights of an earlier spec
+        checkpoint.unlink(missing_ok=True)
     marker.write_text("ok\n")
     return directory

@@ -13,6 +13,7 @@ from vllm_glassbox.lab.cli import choose_backend
 from vllm_glassbox.lab.cli import main as lab_main
 from vllm_glassbox.lab.plan import (
     KvPressurePhase,
+    PeakBandwidth,
     PlanError,
     QuantizationPhase,
     SpecDecodePhase,
@@ -68,10 +69,15 @@ def test_seed_plan_is_the_articles_run() -> None:
     assert spec.request.prompt == " ".join(["1 2 3 4 5"] * 10)
     assert len(spec.request.prompt) == 99
     assert (spec.request.max_tokens, spec.request.temperature) == (256, 0.0)
-    assert [(r.extra, r.baseline) for r in spec.runs] == [
-        ({"repetition_penalty": 1.0}, False),
-        ({}, True),
+    # The article's two requests with speculation, and a baseline that cannot draft: the
+    # same request with the Deployment restarted without --speculative-config.
+    assert [(r.extra, r.baseline, r.speculation) for r in spec.runs] == [
+        ({"repetition_penalty": 1.0}, False, True),
+        ({}, False, True),
+        ({"repetition_penalty": 1.0}, True, False),
     ]
+    assert spec.flags_without_speculation["--speculative-config"] is REMOVE
+    assert plan.peak_bandwidth is not None and plan.peak_bandwidth.bytes_per_second == 864e9
     assert plan.kubernetes is not None and plan.local is None
 
 
@@ -106,10 +112,14 @@ def test_defaults_are_the_articles_parameters() -> None:
     assert kv.request.max_tokens == 4096 and kv.request.temperature == 0.7
     assert kv.flags == {"--gpu-memory-utilization": "0.20"}
     assert kv.poll_seconds == 5.0 and kv.concurrency == 32
+    assert (quant.warmup, quant.requests, quant.rounds, quant.tolerance) == (1, 3, 1, 0.10)
+    assert kv.warmup == 1
     assert isinstance(spec, SpecDecodePhase)
-    assert spec.baseline.label == "model defaults"
+    assert spec.baseline.label == "no speculation" and not spec.baseline.speculation
     assert spec.runs[0].extra == {"repetition_penalty": 1.0}
+    assert spec.requests == 3
     assert [p.name for p in plan.phases] == ["quantization", "kv-pressure", "spec-decode"]
+    assert plan.peak_bandwidth is None and plan.server_starts == 4
 
 
 def test_every_parameter_is_overridable() -> None:
@@ -177,11 +187,11 @@ def test_a_bad_plan_lists_every_problem_with_its_path() -> None:
     )
     assert problems == [
         "target.local.args: [1] names 'tiny:nope', which target.local.tiny_models lacks",
-        "target.local.gpu: unknown key (known here: args, model_cache, startup_timeout, "
-        "tiny_models)",
+        "target.local.gpu: unknown key (known here: args, env, exporter, model_cache, "
+        "startup_timeout, tiny_models)",
         "phases[0].variants[0].model: required",
         "phases[0].colour: unknown key (known here: extra, flags, kind, max_tokens, name, "
-        "prompt, requests, temperature, variants, warmup)",
+        "prompt, requests, rounds, temperature, tolerance, variants, warmup)",
         "phases[1].variants[0].flags.gpu-memory-utilization: malformed flag name "
         "'gpu-memory-utilization' (use --lowercase-with-dashes)",
         "phases[1].variants[1].flags.--model: set the model with the `model` key",
@@ -240,9 +250,9 @@ def test_tiny_models_are_checked_and_referenced_by_name() -> None:
     assert problems == [
         "target.local.tiny_models.odd.num_heads: must divide hidden_size 100",
         "target.local.tiny_models.q: AWQ needs hidden_size and intermediate_size divisible by 128",
-        "target.local.tiny_models.big.precison: unknown key (known here: hidden_size, "
-        "intermediate_size, max_position_embeddings, num_heads, num_kv_heads, num_layers, "
-        "precision, repetition_penalty)",
+        "target.local.tiny_models.big.precison: unknown key (known here: checkpoint, "
+        "hidden_size, intermediate_size, max_position_embeddings, num_heads, num_kv_heads, "
+        "num_layers, precision, repetition_penalty, vocab_size)",
         "phases[0].model: 'tiny:missing' is not in target.local.tiny_models",
     ]
 
@@ -298,7 +308,137 @@ def test_lab_check_prints_the_phases(capsys: pytest.CaptureFixture[str]) -> None
     assert lab_main(["check", "seed-l40s"], "lab") == 0
     out = capsys.readouterr().out
     assert "seed-l40s: valid; targets: kubernetes" in out
-    assert "kv-pressure (kv-pressure)" in out
+    assert "kv-pressure (kv-pressure): 32 requests of 4096 tokens at once" in out
+    assert "7 server start(s)" in out
+
+
+def test_the_gpu_plan_is_the_articles_scale_on_one_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert lab_main(["check", "gpu-7b"], "lab") == 0
+    out = capsys.readouterr().out
+    assert "gpu-7b: valid; targets: local" in out
+    assert "peak memory bandwidth: 4,800 GB/s from the H200 datasheet" in out
+    assert "7 server start(s)" in out
+    plan = load_plan(packaged_plan("gpu-7b"))  # type: ignore[arg-type]
+    assert plan.local is not None and plan.local.exporter
+    assert plan.local.env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    assert flag_value_of(plan.local.args, "--load-format") == "dummy"
+    models = plan.local.tiny_models
+    for spec in models.values():  # Qwen2.5-7B-Instruct's shape, no weights written
+        assert (spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads) == (
+            3584,
+            28,
+            28,
+            4,
+        )
+        assert (spec.intermediate_size, spec.vocab_size) == (18944, 152064)
+        assert not spec.writes_checkpoint and spec.repetition_penalty == 1.05
+    assert sorted(s.precision for s in models.values()) == ["awq", "bf16", "gptq"]
+    quant, kv, spec_phase = plan.phases
+    assert isinstance(quant, QuantizationPhase) and isinstance(kv, KvPressurePhase)
+    assert [v.name for v in quant.variants if v.fit] == ["BF16", "AWQ"]
+    fp8 = quant.variants[3]
+    assert fp8.model == "tiny:qwen7b" and fp8.flags == {"--quantization": "fp8"}
+    # A pool of about the article's size: 3,625 blocks of 16 tokens at 57,344 bytes each.
+    kv_bytes = int(str(kv.flags["--kv-cache-memory-bytes"]))
+    assert kv_bytes == 3625 * 16 * 28 * 4 * 128 * 2 * 2
+    assert kv.flags["--gpu-memory-utilization"] is REMOVE
+    assert (kv.concurrency, kv.request.max_tokens) == (32, 4096)
+    assert isinstance(spec_phase, SpecDecodePhase)
+    assert [(r.label, r.speculation) for r in spec_phase.runs] == [
+        ("repetition_penalty 1.0", True),
+        ("model defaults (1.05)", True),
+        ("no speculation", False),
+    ]
+
+
+def flag_value_of(args: tuple[str, ...], name: str) -> str | None:
+    from vllm_glassbox.lab.args import flag_value as value_in_args
+
+    return value_in_args(list(args), name)
+
+
+def test_the_peak_bandwidth_is_a_number_a_gpu_or_measured() -> None:
+    def peak(value: object) -> object:
+        return parse_plan(
+            {"target": LOCAL, "phases": [{"kind": "kv-pressure"}], "peak_bandwidth": value}
+        ).peak_bandwidth
+
+    assert peak(4.8e12) == PeakBandwidth(4.8e12, "the plan")
+    assert peak("H200") == PeakBandwidth(4.8e12, "the H200 datasheet")
+    assert peak("measure") == PeakBandwidth(None, "measure")
+    assert problems_of(
+        {"target": LOCAL, "phases": [{"kind": "kv-pressure"}], "peak_bandwidth": "Z80"}
+    )[0].startswith("peak_bandwidth: unknown GPU 'Z80' (known: A10, A100-40GB")
+
+
+def test_a_spec_phase_without_a_speculative_config_is_refused() -> None:
+    assert problems_of(
+        {
+            "target": LOCAL,
+            "phases": [{"kind": "spec-decode", "flags": {"--speculative-config": False}}],
+        }
+    ) == ["phases[0].flags: --speculative-config is needed by the runs with speculation"]
+
+
+def test_a_big_model_is_served_by_the_dummy_loader_not_written() -> None:
+    problems = problems_of(
+        {
+            "target": {
+                "local": {
+                    "args": [],
+                    "tiny_models": {
+                        "big": {
+                            "hidden_size": 4096,
+                            "num_layers": 32,
+                            "num_heads": 32,
+                            "intermediate_size": 11008,
+                        },
+                        "awq": {
+                            "precision": "awq",
+                            "hidden_size": 512,
+                            "intermediate_size": 1536,
+                            "checkpoint": True,
+                        },
+                    },
+                }
+            },
+            "phases": [{"kind": "kv-pressure"}],
+        }
+    )
+    assert problems == [
+        "target.local.tiny_models.big.checkpoint: would write 10.2 GiB of random weights: set "
+        "`checkpoint: false` and serve it with --load-format dummy",
+        "target.local.tiny_models.awq.checkpoint: only BF16 checkpoints are written (awq: dummy)",
+    ]
+
+
+def test_quantization_rounds_reverse_the_order_each_round() -> None:
+    plan = parse_plan(
+        {
+            "target": LOCAL,
+            "phases": [
+                {
+                    "kind": "quantization",
+                    "rounds": 3,
+                    "variants": [{"name": n, "model": n} for n in ("a", "b", "c")],
+                }
+            ],
+        }
+    )
+    (quant,) = plan.phases
+    assert isinstance(quant, QuantizationPhase)
+    assert [(r, v.name) for r, v in quant.order()] == [
+        (0, "a"),
+        (0, "b"),
+        (0, "c"),
+        (1, "c"),
+        (1, "b"),
+        (1, "a"),
+        (2, "a"),
+        (2, "b"),
+        (2, "c"),
+    ]
+    assert plan.server_starts == 9
 
 
 def test_the_demo_leaves_awq_out_on_a_cpu_without_avx512() -> None:
@@ -327,3 +467,21 @@ def test_kubernetes_run_without_a_cluster_configuration_is_refused_cleanly(
     err = capsys.readouterr().err
     assert "cannot set up the kubernetes backend: no Kubernetes configuration" in err
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_running_a_local_plan_needs_neither_grafanalib_nor_kubernetes() -> None:
+    """The GPU machine has vLLM's and glassbox's run-time needs only (no grafanalib, no
+    Kubernetes client): a local run must not import them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from vllm_glassbox.lab import cli, demo, local, report, runner, sidecar\n"
+        "from vllm_glassbox.lab.plan import load_plan, packaged_plan\n"
+        "load_plan(packaged_plan('gpu-7b'))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('grafanalib', 'kubernetes', 'promql_parser')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,125 @@
+"""`glassbox exporter` beside each server the lab starts: the sidecar's live view of the
+same workload the lab measures, for the report (and for a Prometheus, in the demo).
+
+It runs in the lab's process (`exporter/service.py`), on one fixed port across
+restarts, pointed at the server's log and checkpoint and given the run's peak memory
+bandwidth. It starts when the server is ready and waits for its first poll of the idle
+server; at the end of the segment, after one more poll, its derived series are kept.
+
+Its window is as long as a segment can be, so that at the end of a segment its windowed
+series cover exactly the requests of that segment — the span of the lab's own numbers
+(`analysis.segment_values`): the two must agree. (A production sidecar uses the default
+60 s window; the rate series here read as averages over the segment.)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+from vllm_glassbox.exporter.service import ExporterConfig, serve
+from vllm_glassbox.exporter.textformat import PageError, parse_samples
+
+from .backend import Deployed
+from .results import ExporterSeries
+from .telemetry import Observer, Segment
+
+LOOPBACK = "127.0.0.1"
+INTERVAL_SECONDS = 2.0  # as often as the lab's own timeline: vLLM's API server is shared
+POLL_TIMEOUT_SECONDS = 3.0
+WINDOW_SECONDS = 3600.0
+
+#: The exporter's series the report sets beside the lab's numbers (analysis.segment_values).
+COMPARED = (
+    "glassbox_time_per_output_token_seconds",
+    "glassbox_tokens_per_forward_pass",
+    "glassbox_spec_decode_acceptance_ratio",
+    "glassbox_kv_cache_capacity_tokens",
+    "glassbox_model_weights_bytes",
+    "glassbox_weight_read_bandwidth_bytes_per_second",
+    "glassbox_memory_bandwidth_utilization_ratio",
+)
+#: Read besides: whether it sees vLLM, when it last did, and how many of its polls failed.
+ALSO_READ = (
+    "glassbox_target_up",
+    "glassbox_last_scrape_success_timestamp_seconds",
+    "glassbox_scrape_errors_total",
+    "glassbox_preemptions_per_second",
+    "glassbox_decode_floor_seconds",
+)
+
+
+class ExporterBeside(Observer):
+    def __init__(
+        self,
+        port: int,
+        keep: Callable[[ExporterSeries], None],
+        peak_bandwidth: float | None = None,
+        window_seconds: float = WINDOW_SECONDS,
+    ) -> None:
+        self.port = port
+        self.keep = keep
+        self.peak_bandwidth = peak_bandwidth
+        self.window_seconds = window_seconds
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def server_ready(self, segment: Segment, deployed: Deployed) -> None:
+        self.close()
+        config = ExporterConfig(
+            target=deployed.url,
+            listen_host=LOOPBACK,
+            listen_port=self.port,
+            interval_seconds=INTERVAL_SECONDS,
+            window_seconds=self.window_seconds,
+            # A loaded server may take over a second to answer /metrics; a late poll is
+            # better than a failed one (the next is skipped, not doubled).
+            timeout_seconds=POLL_TIMEOUT_SECONDS,
+            model_dir=deployed.model_dir,
+            vllm_log=deployed.log_path,
+            peak_bandwidth=self.peak_bandwidth,
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=serve, args=(config, self._stop), name="exporter", daemon=True
+        )
+        self._thread.start()
+        # Let it see the idle server first, so its window holds the whole workload.
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and self.read().get("glassbox_target_up") != 1:
+            time.sleep(0.2)
+
+    def segment_ended(self, segment: Segment, ended_at: float, error: str | None) -> None:
+        if self._thread is not None and error is None:
+            # Its series as of a poll that succeeded after the workload ended.
+            values: dict[str, float] = {}
+            deadline = time.monotonic() + 4 * POLL_TIMEOUT_SECONDS
+            while time.monotonic() < deadline:
+                values = self.read()
+                if values.get("glassbox_last_scrape_success_timestamp_seconds", 0) > ended_at:
+                    break
+                time.sleep(0.2)
+            if values:
+                self.keep(ExporterSeries(segment.title, values))
+        self.close()
+
+    def read(self) -> dict[str, float]:
+        """The exporter's derived series now, summed over engines (one engine here)."""
+        try:
+            text = httpx.get(self.url + "/metrics", timeout=5).text
+            samples = parse_samples(text, [*ALSO_READ, *COMPARED])
+        except (httpx.HTTPError, PageError):
+            return {}
+        return {name: sum(series.values()) for name, series in samples.items() if series}
+
+    def close(self) -> None:
+        if self._stop is not None and self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=10)
+        self._stop = self._thread = None
