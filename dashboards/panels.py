@@ -46,6 +46,11 @@ _NO_WEIGHTS = (
     "took\" line in vLLM's log, no readable checkpoint)."
 )
 _NO_PEAK = " Present only when the exporter is given the peak (--gpu or --gpu-memory-bandwidth)."
+_NO_START_LINES = (
+    " Empty without vLLM's log (--vllm-log), or while the log shows no whole start (its "
+    "first line and the line that says the server is up: docs/exporter.md lists them)."
+)
+_NO_DECODE = " Empty while no vLLM in range decoded in the 5 minutes before (a ratio of rates)."
 _NO_SPECULATION = (
     " Empty while no vLLM in range speculates (no --speculative-config) or before it drafts."
 )
@@ -446,7 +451,7 @@ def kv_headroom() -> Panel:
         f"Per engine: {help_of('glassbox_kv_cache_headroom_requests')} It falls to 0 before "
         "vLLM has to preempt. Fleet (dashed): recording rule "
         "job_model_name:glassbox_kv_cache_headroom_requests:sum, the engines' whole "
-        "requests summed.",
+        "requests summed. Absent while no request runs.",
         [Q(q.KV_HEADROOM, ENGINE_LEGEND), fleet_q(q.KV_HEADROOM_FLEET, "{{model_name}} ({{job}})")],
         NUMBER,
     )
@@ -457,7 +462,7 @@ def kv_exhaustion() -> Panel:
         "Time until the KV pool is full",
         f"Per engine: {help_of('glassbox_kv_cache_exhaustion_seconds')} Fleet (dashed): "
         "recording rule job_model_name:glassbox_kv_cache_exhaustion_seconds:min, the engine "
-        "that fills first.",
+        "that fills first. Absent unless the used tokens grew over the window.",
         [
             Q(q.KV_EXHAUSTION, ENGINE_LEGEND),
             fleet_q(q.KV_EXHAUSTION_FLEET, "{{model_name}} ({{job}})"),
@@ -472,7 +477,7 @@ def kv_replicas_needed() -> Panel:
         "Recording rule namespace_model_name:glassbox_kv_cache_replicas_needed:ratio: the "
         "KV tokens the running requests hold plus the waiting ones at the current mean size, "
         "in pools of one replica. The autoscaling signal of docs/autoscaling.md: a target of "
-        "0.8 per replica keeps a fifth of every pool free.",
+        "0.8 per replica keeps a fifth of every pool free. Empty while no request runs.",
         [Q(q.KV_REPLICAS_NEEDED, "{{model_name}} {{namespace}}")],
         NUMBER,
     )
@@ -486,7 +491,7 @@ def startup_stages() -> Panel:
         "Start-up by stage, per start",
         "One bar per start of vLLM in the time range (its start time in vLLM's log), "
         f"stacked by stage. {help_of('glassbox_startup_stage_seconds')} The bar's height is "
-        "process start to ready.",
+        "process start to ready." + _NO_START_LINES,
         Q(q.STARTUP_STAGES, "{{stage}}"),
         SECONDS,
         bar="start",
@@ -500,7 +505,7 @@ def startup_total() -> Panel:
         f"{help_of('glassbox_startup_seconds')} One line per start. Dashed: recording rule "
         "model_name:glassbox_startup_seconds_previous:max7d, the longest start of the model "
         "in the 7 days before (the starts published now left out), which VLLMStartupSlow "
-        "compares a new start with.",
+        "compares a new start with." + _NO_START_LINES,
         [
             Q(q.STARTUP_SECONDS, "{{model_name}} start {{start}} ({{instance}})"),
             fleet_q(q.STARTUP_PREVIOUS_MAX, "{{model_name}} longest previous"),
@@ -513,7 +518,8 @@ def model_load_rate() -> Panel:
     return timeseries(
         "Weights load bandwidth",
         help_of("glassbox_model_load_bytes_per_second")
-        + " The weights are the exporter's (glassbox_model_weights_info says from where).",
+        + " The weights are the exporter's (glassbox_model_weights_info says from where)."
+        + " Empty without vLLM's log (--vllm-log), or when no load time or no weights are known.",
         [Q(q.MODEL_LOAD_RATE, "{{model_name}} start {{start}} ({{instance}})")],
         BYTES_PER_SECOND,
     )
@@ -524,7 +530,8 @@ def first_request_prefill() -> Panel:
         "First request after a start vs warm prefill",
         f"First: {help_of('glassbox_first_request_prefill_seconds')} "
         f"Warm: {help_of('glassbox_warm_request_prefill_seconds')} "
-        "The gap is what a cold start costs the first user.",
+        "The gap is what a cold start costs the first user. Empty until a request finishes "
+        "after a start the exporter saw.",
         [
             Q(q.FIRST_REQUEST_PREFILL, "first " + ENGINE_LEGEND),
             Q(q.WARM_REQUEST_PREFILL, "warm " + ENGINE_LEGEND),
@@ -657,7 +664,7 @@ def draft_coverage_stat() -> Panel:
 def tpot_stat() -> Panel:
     return stat(
         "TPOT",
-        fleet("job_model_name:vllm_time_per_output_token_seconds:rate5m"),
+        fleet("job_model_name:vllm_time_per_output_token_seconds:rate5m") + _NO_DECODE,
         [fleet_q(q.TPOT_FLEET, "{{model_name}}")],
         SECONDS,
     )
@@ -666,7 +673,7 @@ def tpot_stat() -> Panel:
 def tokens_per_forward_pass_stat() -> Panel:
     return stat(
         "Tokens per forward pass",
-        fleet("job_model_name:vllm_tokens_per_forward_pass:rate5m"),
+        fleet("job_model_name:vllm_tokens_per_forward_pass:rate5m") + _NO_DECODE,
         [fleet_q(q.TOKENS_PER_FORWARD_PASS_FLEET, "{{model_name}}")],
         NUMBER,
     )

@@ -289,7 +289,7 @@ def test_a_slope_that_implies_more_than_the_peak_is_not_a_bandwidth(tmp_path: Pa
     ]
     fit, _ = fit_tpot(variants, peak_bandwidth=4.8e12)
     assert fit is not None and fit.exceeds_peak is True
-    assert fit.bandwidth_bytes_per_second == pytest.approx(GIB * 9.09 / 0.00173)
+    assert fit.marginal_bandwidth_bytes_per_second == pytest.approx(GIB * 9.09 / 0.00173)
     # Most of a decode step is the intercept: 2.01 ms of BF16's 4.73.
     assert fit.intercept_share == pytest.approx((0.0030 - 5.2 * 0.00173 / 9.09) / 0.00473)
     results = _results_with(QuantizationResult(tuple(variants), fit, None))
