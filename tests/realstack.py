@@ -202,8 +202,11 @@ def _http_ok(url: str) -> bool:
     return httpx.get(url, timeout=5).status_code == 200
 
 
-def vllm_server(workdir: Path, model_dir: Path, port: int | None = None) -> ServerProcess:
-    """The stack's vLLM (not started): ngram speculation, a 4,096-token pool (8 MiB of KV)."""
+def vllm_server(
+    workdir: Path, model_dir: Path, port: int | None = None, *, dev_mode: bool = False
+) -> ServerProcess:
+    """The stack's vLLM (not started): ngram speculation, a 4,096-token pool (8 MiB of KV).
+    `dev_mode`: vLLM's /pause and /resume."""
     return ServerProcess(
         [
             "--model",
@@ -221,6 +224,7 @@ def vllm_server(workdir: Path, model_dir: Path, port: int | None = None) -> Serv
         ],
         log_path=workdir / "vllm.log",
         port=port,
+        env={"VLLM_SERVER_DEV_MODE": "1"} if dev_mode else None,
     )
 
 

@@ -116,6 +116,24 @@ def _exporter_value(url: str, name: str) -> float | None:
     return None
 
 
+def _wait_for_frozen_counters(url: str) -> None:
+    """Until two reads of vLLM's counters agree: a paused engine's last step may still be
+    on its way to the API server."""
+    names = (
+        "vllm:num_preemptions_total",
+        "vllm:generation_tokens_total",
+        "vllm:prompt_tokens_total",
+        "vllm:spec_decode_num_drafts_total",
+    )
+    previous: list[tuple[float, ...]] = []
+
+    def same_twice() -> bool:
+        previous.append(tuple(_vllm_value(url, n) for n in names))
+        return len(previous) > 1 and previous[-1] == previous[-2]
+
+    wait_until(same_twice, "vLLM's counters frozen by the pause")
+
+
 def _flood(url: str, cut: threading.Event) -> None:
     """The real stack's flood (one client, the requests released together so that they
     overlap however busy the machine is); the kill cuts them, which is the point."""
@@ -167,7 +185,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
     vllm_port, exporter_port, prometheus_port = free_port(), free_port(), free_port()
     exporter_url = f"http://127.0.0.1:{exporter_port}"
     jobs = {"vllm": f"127.0.0.1:{vllm_port}", "glassbox": f"127.0.0.1:{exporter_port}"}
-    vllm = vllm_server(work, model_dir, vllm_port)
+    vllm = vllm_server(work, model_dir, vllm_port, dev_mode=True)
     exporter: Service | None = None
     prometheus: Service | None = None
     run = Chaos(f"http://127.0.0.1:{prometheus_port}")
@@ -195,6 +213,13 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
             "vLLM preempting",
             timeout_seconds=300,
         )
+        # Freeze vLLM's counters (scheduler paused, requests kept in flight, pool full) until
+        # Prometheus has scraped them: what the exporter polls before the kill, Prometheus
+        # has too, so the spike check's raw windows hold every count the exporter saw.
+        keep = {"mode": "keep", "clear_cache": "false"}
+        httpx.post(vllm.url + "/pause", params=keep, timeout=30).raise_for_status()
+        _wait_for_frozen_counters(vllm.url)
+        wait_scraped(run.prometheus_url, {"vllm"}, after=time.time())
         run.preempted_before_kill = _vllm_value(vllm.url, "vllm:num_preemptions_total")
         cut.set()
         t["kill"] = time.time()
