@@ -22,16 +22,15 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter.cli import build_parser, config_from_args, main
-from vllm_glassbox.exporter.derive import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.textformat import ERROR_REASONS
 from vllm_glassbox.exporter.weights import GPU_MEMORY_BANDWIDTH, weights_from_config
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, write_safetensors
 
-from tests.fixtures import log as fixture_log
 from tests.fixtures import page as fixture_page
-from tests.misbehaving import FakeVllm, Misbehaving, body
+from tests.misbehaving import FakeVllm, Misbehaving
 
 GLASSBOX = str(Path(sys.executable).parent / "glassbox")
 GIB = 1024**3
@@ -492,7 +491,7 @@ TABLE_END = "\n<!-- windowed-series: end -->"
 
 def _windowed_table() -> str:
     rows = ["| series | what it is: formula |", "| --- | --- |"]
-    rows += [f"| `{series.name}` | {series.help} |" for series in WINDOWED]
+    rows += [f"| `{family.name}` | {family.help} |" for family in series.WINDOWED]
     return "\n".join(rows)
 
 
@@ -524,17 +523,8 @@ def test_docs_name_every_error_reason() -> None:
     assert [r for r in ERROR_REASONS if f"| `{r}` |" not in text] == []
 
 
-def test_docs_name_every_series_the_exporter_publishes(tmp_path: Path) -> None:
-    """Everything on: speculation, weights from a log, peak bandwidth, KV memory."""
-    log = tmp_path / "vllm.log"
-    log.write_text(fixture_log("v0.11.0-tp2.log"))
-    with Misbehaving() as target:
-        poller = Poller(ExporterConfig(target=target.url, vllm_log=str(log), peak_bandwidth=864e9))
-        for name in ("cpu-0.32/spec-idle.txt", "cpu-0.32/spec-after-1x256.txt"):
-            target.behave(body(fixture_page(name)))
-            assert poller.poll_once()
-        poller.fetcher.close()
-    published = {s.name for family in poller.published for s in family.samples}
-    assert len(published) >= 30
+def test_docs_name_every_series_of_the_catalogue_and_no_other() -> None:
     text = DOC.read_text()
-    assert sorted(n for n in published if f"`{n}" not in text) == []
+    assert [f.name for f in series.ALL if f"`{f.name}" not in text] == []
+    named = set(re.findall(r"\bglassbox_[a-z0-9_]*[a-z0-9]\b", text))
+    assert sorted(named - set(series.BY_NAME)) == []
