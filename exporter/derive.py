@@ -20,8 +20,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from . import snapshot as s
-from .startup_log import ColdStart, read_cold_starts
+from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.startup_log import ColdStart, read_cold_starts
 
 GIB = 1024**3
 

@@ -24,10 +24,9 @@ from typing import Any, TypeVar
 
 import yaml
 from vllm_glassbox.exporter.weights import gpu_bandwidth
+from vllm_glassbox.lab.backend import REMOVE, FlagOverrides, FlagValue
+from vllm_glassbox.lab.tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
 from vllm_glassbox.units import parse_duration
-
-from .backend import REMOVE, FlagOverrides, FlagValue
-from .tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
 
 KINDS = ("quantization", "kv-pressure", "spec-decode")
 TINY_PREFIX = "tiny:"

@@ -24,8 +24,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter.cli import build_parser, config_from_args, main
+from vllm_glassbox.exporter.errors import ERROR_REASONS
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
-from vllm_glassbox.exporter.textformat import ERROR_REASONS
 from vllm_glassbox.exporter.weights import GPU_MEMORY_BANDWIDTH, weights_from_config
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, write_safetensors
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter.derive import (
     Context,
@@ -35,11 +35,12 @@ from vllm_glassbox.exporter.derive import (
     startup_stages,
     warm_request_prefill_seconds,
 )
+from vllm_glassbox.exporter.errors import ERROR_REASONS
 from vllm_glassbox.exporter.kv_trend import Growth
-from vllm_glassbox.exporter.model import ParallelLayout, Weights
+from vllm_glassbox.exporter.layout import ParallelLayout
 from vllm_glassbox.exporter.snapshot import KV_USAGE, RUNNING, EngineKey, Snapshot
 from vllm_glassbox.exporter.startup_log import ColdStart
-from vllm_glassbox.exporter.textformat import ERROR_REASONS
+from vllm_glassbox.exporter.weights import Weights
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,14 @@ def _engine_labels(key: EngineKey) -> list[str]:
     return [key.model_name, key.engine]
 
 
+def _add(
+    family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float | None
+) -> None:
+    """A series whose value is unknown is absent: never 0, never NaN."""
+    if value is not None:
+        family.add_metric(labels, value)
+
+
 def derived_families(state: PollState) -> list[Metric]:
     """The series computed from vLLM's counters; empty while the target is down."""
     if not state.up or state.snapshot is None:
@@ -85,9 +94,7 @@ def derived_families(state: PollState) -> list[Metric]:
     for windowed in series.WINDOWED:
         family = windowed.new(window)
         for key, increase in sorted(state.increases.items()):
-            value = windowed.compute(increase, context)
-            if value is not None:
-                family.add_metric(_engine_labels(key), value)
+            _add(family, _engine_labels(key), windowed.compute(increase, context))
         families.append(family)
 
     covered = series.WINDOW_COVERED.new()
@@ -101,29 +108,19 @@ def derived_families(state: PollState) -> list[Metric]:
             by_position.add_metric([*_engine_labels(key), position], value)
     families.append(by_position)
 
-    blocks_family, block_size, capacity_family, used_family = (
-        series.KV_BLOCKS.new(),
-        series.KV_BLOCK_SIZE.new(),
-        series.KV_CAPACITY.new(),
-        series.KV_USED.new(),
-    )
+    pool = (series.KV_BLOCKS, series.KV_BLOCK_SIZE, series.KV_CAPACITY, series.KV_USED)
+    blocks, block_size, capacity, used = (family.new() for family in pool)
     for key, sample in state.snapshot.engines.items():
         cache = state.snapshot.cache_for(key)
         if cache is None:
             continue
         labels = _engine_labels(key)
-        blocks = kv_cache_blocks(cache)
-        capacity = kv_cache_capacity_tokens(cache, state.kv_cache_logged_tokens)
-        if blocks is not None:
-            blocks_family.add_metric(labels, blocks)
-        if cache.block_size is not None:
-            block_size.add_metric(labels, cache.block_size)
-        if capacity is not None:
-            capacity_family.add_metric(labels, capacity)
-        used = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
-        if used is not None:
-            used_family.add_metric(labels, used)
-    return [*families, blocks_family, block_size, capacity_family, used_family]
+        tokens = kv_cache_capacity_tokens(cache, state.kv_cache_logged_tokens)
+        _add(blocks, labels, kv_cache_blocks(cache))
+        _add(block_size, labels, cache.block_size)
+        _add(capacity, labels, tokens)
+        _add(used, labels, kv_cache_used_tokens(sample.gauges.get(KV_USAGE), tokens))
+    return [*families, blocks, block_size, capacity, used]
 
 
 def static_families(state: PollState) -> list[Metric]:
@@ -165,14 +162,10 @@ def startup_families(state: PollState) -> list[Metric]:
     for stage, seconds in stages.by_stage().items():
         by_stage.add_metric([*values, stage], seconds)
     total = series.STARTUP.new()
-    if stages.total is not None:
-        total.add_metric(values, stages.total)
+    _add(total, values, stages.total)
     load_rate = series.MODEL_LOAD_RATE.new()
-    rate = model_load_bytes_per_second(
-        state.weights.bytes if state.weights else None, stages.weights_load
-    )
-    if rate is not None:
-        load_rate.add_metric(values, rate)
+    weights = state.weights.bytes if state.weights else None
+    _add(load_rate, values, model_load_bytes_per_second(weights, stages.weights_load))
     return [by_stage, total, load_rate]
 
 
@@ -189,16 +182,13 @@ def kv_headroom_families(state: PollState) -> list[Metric]:
         used = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
         labels = _engine_labels(key)
         left = kv_cache_free_tokens(used, capacity)
-        if left is not None:
-            free.add_metric(labels, left)
+        _add(free, labels, left)
         fit = kv_cache_headroom_requests(used, capacity, sample.gauges.get(RUNNING))
-        if fit is not None:
-            headroom.add_metric(labels, fit)
+        _add(headroom, labels, fit)
         growth = state.used_tokens_growth.get(key)
         if growth is not None:
             seconds = kv_cache_exhaustion_seconds(left, growth.tokens, growth.seconds)
-            if seconds is not None:
-                exhaustion.add_metric(labels, seconds)
+            _add(exhaustion, labels, seconds)
     return [free, headroom, exhaustion]
 
 
@@ -208,17 +198,14 @@ def first_request_families(state: PollState) -> list[Metric]:
         return []
     first = series.FIRST_PREFILL.new()
     for key, requests in sorted(state.first_requests.items()):
-        value = first_request_prefill_seconds(requests)
-        if value is not None:
-            first.add_metric(_engine_labels(key), value)
+        _add(first, _engine_labels(key), first_request_prefill_seconds(requests))
     warm = series.WARM_PREFILL.new(state.window_seconds)
     if state.polled_at is not None:
         for key, increase in sorted(state.increases.items()):
             value = warm_request_prefill_seconds(
                 increase, state.first_requests.get(key), state.polled_at - increase.seconds
             )
-            if value is not None:
-                warm.add_metric(_engine_labels(key), value)
+            _add(warm, _engine_labels(key), value)
     return [first, warm]
 
 
