@@ -1,4 +1,5 @@
-"""Model weight bytes from a checkpoint directory, and peak memory bandwidth of GPUs.
+"""The model's weight bytes (from a checkpoint directory, and which source wins), and the
+peak memory bandwidth of GPUs.
 
 What vLLM loads from a checkpoint, counted the way it loads it:
 

@@ -166,6 +166,7 @@ def test_every_bad_flag_is_listed_at_once(capsys: pytest.CaptureFixture[str]) ->
     assert "--interval" in err and "--window" in err and "--gpu" in err
 
 
+@pytest.mark.slow
 def test_console_command_refuses_a_bad_flag_before_it_polls(target: Misbehaving) -> None:
     done = subprocess.run(
         [GLASSBOX, "exporter", "--target", target.url, "--interval", "soon"],
@@ -273,6 +274,7 @@ def target() -> Iterator[Misbehaving]:
         yield t
 
 
+@pytest.mark.slow
 def test_console_command_serves_derived_series_and_stops_cleanly_on_sigterm(
     target: Misbehaving,
 ) -> None:
@@ -292,6 +294,7 @@ def test_console_command_serves_derived_series_and_stops_cleanly_on_sigterm(
     assert "Traceback" not in "".join(exporter.lines)
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_poll_that_hangs_at_once_not_at_its_deadline(
     target: Misbehaving,
 ) -> None:
@@ -360,6 +363,7 @@ def test_poller_polls_every_interval_and_skips_the_ticks_a_slow_poll_missed() ->
     assert poller.history.restarts == 0
 
 
+@pytest.mark.slow
 def test_console_command_stops_cleanly_on_sigint(target: Misbehaving) -> None:
     with running(["--target", target.url, "--interval", "1s"]) as exporter:
         exporter.wait_value("glassbox_kv_cache_capacity_tokens")
@@ -367,6 +371,7 @@ def test_console_command_stops_cleanly_on_sigint(target: Misbehaving) -> None:
     assert "Traceback" not in "".join(exporter.lines)
 
 
+@pytest.mark.slow
 def test_console_command_starts_and_serves_while_vllm_is_down() -> None:
     with Misbehaving() as down:
         down.refuse()
@@ -380,6 +385,7 @@ def test_console_command_starts_and_serves_while_vllm_is_down() -> None:
             assert exporter.stop() == 0
 
 
+@pytest.mark.slow
 def test_listen_address_in_use_exits_1_naming_it(target: Misbehaving) -> None:
     port = target.port  # already taken by the fake vLLM
     done = subprocess.run(
@@ -430,6 +436,7 @@ def _tensor_bytes(path: Path) -> int:
     return path.stat().st_size - 8 - header_length
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flag", "log", "safetensors", "source"),
     [
@@ -470,6 +477,7 @@ def test_weights_source_precedence_is_flag_log_safetensors_config(
         assert exporter.stop() == 0
 
 
+@pytest.mark.slow
 def test_kv_tokens_from_the_vllm_log_are_published(target: Misbehaving, tmp_path: Path) -> None:
     log = tmp_path / "vllm.log"
     log.write_text("")  # vLLM not started yet: the exporter follows the file as it grows

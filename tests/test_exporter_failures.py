@@ -60,6 +60,8 @@ from tests.misbehaving import (
     truncated,
 )
 
+pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
+
 INTERVAL = 0.2
 WINDOW = 2.0
 TIMEOUT = 30.0  # the fakes answer at once: a loaded machine never reaches this
