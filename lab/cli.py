@@ -30,8 +30,7 @@ from vllm_glassbox.lab.plan import (
     Plan,
     PlanError,
     QuantizationPhase,
-    load_plan,
-    packaged_plan,
+    resolve_plan,
 )
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.report import dashboard_images, write_outputs
@@ -87,15 +86,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     restore.add_argument("plan", metavar="PLAN.yaml", help="plan file, or a shipped plan's name")
     restore.add_argument("--backend", choices=["kubernetes", "local"])
     return p
-
-
-def resolve_plan(name: str) -> Plan:
-    path = Path(name)
-    if not path.exists():
-        shipped = packaged_plan(name)
-        if shipped is not None:
-            path = shipped
-    return load_plan(path)
 
 
 def choose_backend(plan: Plan, asked: str | None) -> str:

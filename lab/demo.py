@@ -32,8 +32,7 @@ from vllm_glassbox.lab.plan import (
     Plan,
     PlanError,
     QuantizationPhase,
-    load_plan,
-    packaged_plan,
+    resolve_plan,
 )
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.report import dashboard_images, summary_lines, write_outputs
@@ -178,10 +177,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
     args = build_parser(prog).parse_args(argv)
     try:
-        path = Path(args.plan) if Path(args.plan).exists() else packaged_plan(args.plan)
-        if path is None:
-            raise PlanError([f"no such file or shipped plan: {args.plan}"], args.plan)
-        plan = load_plan(path)
+        plan = resolve_plan(args.plan)
         if plan.local is None:
             raise PlanError(["target.local: required by the demo"], plan.name)
     except PlanError as e:

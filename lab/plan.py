@@ -756,6 +756,14 @@ def load_plan(path: Path) -> Plan:
     return parse_plan(data, str(path))
 
 
+def resolve_plan(name: str) -> Plan:
+    """A plan file, else a plan shipped with glassbox by name (`cpu-demo`)."""
+    path = Path(name) if Path(name).exists() else packaged_plan(name)
+    if path is None:
+        raise PlanError([f"no such file or shipped plan: {name}"], name)
+    return load_plan(path)
+
+
 def packaged_plan(name: str) -> Path | None:
     """A plan shipped in lab/plans (`cpu-demo` or `cpu-demo.yaml`), if it exists."""
     stem = name.removesuffix(".yaml")
