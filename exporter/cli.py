@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
 
+from vllm_glassbox.exporter.errors import plain_reason
 from vllm_glassbox.exporter.fetch import (
     DEFAULT_MAX_BYTES,
     TargetCredentials,
@@ -139,22 +140,17 @@ def security_problems(args: argparse.Namespace) -> list[str]:
     try:
         tls_context(credentials)
     except (OSError, ssl.SSLError) as e:
-        problems.append(f"--target-ca/cert/key-file: cannot load: {_reason(e)}")
+        problems.append(f"--target-ca/cert/key-file: cannot load: {plain_reason(e)}")
     if credentials.tls_files and not args.target.startswith("https://"):
         problems.append("--target-ca/cert/key-file need an https:// --target")
     if args.target_bearer_token_file:
         try:
             read_token(args.target_bearer_token_file)
         except (OSError, ValueError) as e:
-            problems.append(f"--target-bearer-token-file: {_reason(e)}")
+            problems.append(f"--target-bearer-token-file: {plain_reason(e)}")
     if urlparse(args.target).password is not None:
         problems.append("--target: no credentials in the URL (they would show in logs)")
     return problems
-
-
-def _reason(error: Exception) -> str:
-    """An OSError's plain words (`No such file or directory`), else the error's text."""
-    return str(error.strerror if isinstance(error, OSError) and error.strerror else error)
 
 
 def target_credentials(args: argparse.Namespace) -> TargetCredentials:

@@ -1,6 +1,7 @@
 """Why a poll of vLLM fails: one exception with a stable reason, from the fetch (a refused
 connection, a deadline, a byte cap) to the page (not exposition text, a NaN, too many
-series). The exporter counts each reason in `glassbox_scrape_errors_total{reason}`.
+series). The exporter counts each reason in `glassbox_scrape_errors_total{reason}`;
+`plain_reason` words an error for such a message, never quoting a secret.
 """
 
 from __future__ import annotations
@@ -30,3 +31,8 @@ class ScrapeError(Exception):
         assert reason in ERROR_REASONS, reason
         super().__init__(message)
         self.reason = reason
+
+
+def plain_reason(error: Exception) -> str:
+    """An OSError's plain words (`No such file or directory`), else the error's text."""
+    return str(error.strerror if isinstance(error, OSError) and error.strerror else error)

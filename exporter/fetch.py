@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.errors import ScrapeError, plain_reason
 
 
 class _Watchdog:
@@ -164,10 +164,8 @@ class Fetcher:
             except (OSError, ssl.SSLError) as e:
                 # Half-rotated files (a certificate without its new key yet): try again
                 # at the next poll, with the old client meanwhile.
-                reason = e.strerror if isinstance(e, OSError) and e.strerror else e
-                raise ScrapeError(
-                    "connect", f"cannot load the target TLS files: {type(e).__name__}: {reason}"
-                ) from None
+                reason = f"cannot load the target TLS files: {type(e).__name__}: {plain_reason(e)}"
+                raise ScrapeError("connect", reason) from None
             self._client.close()
             self._client, self._signature = client, signature
         return self._client
@@ -179,10 +177,8 @@ class Fetcher:
         try:
             return {"Authorization": f"Bearer {read_token(path)}"}
         except (OSError, ValueError) as e:  # never the token itself in the message
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else e
-            raise ScrapeError(
-                "connect", f"cannot read the bearer token file {path}: {reason}"
-            ) from None
+            reason = f"cannot read the bearer token file {path}: {plain_reason(e)}"
+            raise ScrapeError("connect", reason) from None
 
     def close(self) -> None:
         self._client.close()
