@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import catalog
+from vllm_glassbox.dashboards import catalog
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -77,7 +77,12 @@ def _generate(out: Path, check: bool) -> int:
 
 
 def _snapshot(url: str, out: Path, start_text: str, end_text: str) -> int:
-    from .snapshot import Prometheus, PrometheusError, parse_time, take_snapshot
+    from vllm_glassbox.dashboards.snapshot import (
+        Prometheus,
+        PrometheusError,
+        parse_time,
+        take_snapshot,
+    )
 
     now = time.time()
     try:

@@ -7,9 +7,9 @@ tokens. These panels show each factor of that product.
 
 from __future__ import annotations
 
-from . import panels as p
-from .common import Row
-from .common import dashboard as _dashboard
+from vllm_glassbox.dashboards import panels as p
+from vllm_glassbox.dashboards.common import Row
+from vllm_glassbox.dashboards.common import dashboard as _dashboard
 
 dashboard = _dashboard(
     uid="glassbox-decode",

@@ -6,9 +6,9 @@ numbers next to vLLM's own raw series, the bottom says whether the exporter can 
 
 from __future__ import annotations
 
-from . import panels as p
-from .common import Row
-from .common import dashboard as _dashboard
+from vllm_glassbox.dashboards import panels as p
+from vllm_glassbox.dashboards.common import Row
+from vllm_glassbox.dashboards.common import dashboard as _dashboard
 
 dashboard = _dashboard(
     uid="glassbox-overview",

@@ -7,9 +7,8 @@ they quote its HELP text (see `exporter_help`) instead of restating the formula.
 from __future__ import annotations
 
 from grafanalib.core import Panel
-
-from . import queries as q
-from .common import (
+from vllm_glassbox.dashboards import queries as q
+from vllm_glassbox.dashboards.common import (
     BYTES,
     BYTES_PER_SECOND,
     ENGINE_LEGEND,
@@ -28,7 +27,7 @@ from .common import (
     table,
     timeseries,
 )
-from .exporter_help import fleet, help_of, per_engine
+from vllm_glassbox.dashboards.exporter_help import fleet, help_of, per_engine
 
 # Judgements, shared by the panels that draw them.
 KV_NEARLY_FULL = 0.95  # vLLM preempts once it cannot grow a running request's blocks

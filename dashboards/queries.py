@@ -12,7 +12,7 @@ Three sources, each with its own scope (selectors in `common`):
 
 from __future__ import annotations
 
-from .common import ENGINE, LAB_PHASES, MODEL, RULE, TARGET
+from vllm_glassbox.dashboards.common import ENGINE, LAB_PHASES, MODEL, RULE, TARGET
 
 RATE = "[$__rate_interval]"
 

@@ -25,9 +25,8 @@ from typing import Any
 
 import httpx
 import yaml
+from vllm_glassbox.dashboards import catalog
 from vllm_glassbox.units import parse_duration
-
-from . import catalog
 
 # --- time ranges and Grafana's variables --------------------------------------------------
 

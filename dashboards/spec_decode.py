@@ -7,9 +7,9 @@ what it buys (tokens per forward pass, which is what divides the time per token)
 
 from __future__ import annotations
 
-from . import panels as p
-from .common import Row
-from .common import dashboard as _dashboard
+from vllm_glassbox.dashboards import panels as p
+from vllm_glassbox.dashboards.common import Row
+from vllm_glassbox.dashboards.common import dashboard as _dashboard
 
 dashboard = _dashboard(
     uid="glassbox-spec-decode",

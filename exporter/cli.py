@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import ssl
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
 
-from vllm_glassbox.units import parse_duration, parse_positive_number
+from vllm_glassbox.exporter.errors import plain_reason
+from vllm_glassbox.exporter.fetch import (
+    DEFAULT_MAX_BYTES,
+    TargetCredentials,
+    read_token,
+    tls_context,
+)
+from vllm_glassbox.exporter.service import ExporterConfig, serve
+from vllm_glassbox.exporter.webconfig import WebConfigError, load_web_config
+from vllm_glassbox.exporter.weights import gpu_bandwidth, read_checkpoint
+from vllm_glassbox.logs import add_log_level_flag, set_up_logging
+from vllm_glassbox.units import parse_duration, parse_host_port, parse_positive_number
 
-from .fetch import TargetCredentials, read_token, tls_context
-from .service import ExporterConfig, serve
-from .webconfig import WebConfigError, load_web_config
-from .weights import gpu_bandwidth, read_checkpoint
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -63,7 +71,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-bytes",
-        default=str(8 * 1024 * 1024),
+        default=str(DEFAULT_MAX_BYTES),
         metavar="N",
         help="refuse pages larger than N bytes after decompression (default 8 MiB)",
     )
@@ -99,7 +107,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             metavar="N",
             help=f"vLLM's {size}-parallel size (default: what its log says, else 1)",
         )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level_flag(p, default="info")
     # -- security: our own endpoint (web config), and a vLLM behind TLS or a token check
     p.add_argument(
         "--web-config-file",
@@ -132,22 +140,17 @@ def security_problems(args: argparse.Namespace) -> list[str]:
     try:
         tls_context(credentials)
     except (OSError, ssl.SSLError) as e:
-        problems.append(f"--target-ca/cert/key-file: cannot load: {_reason(e)}")
+        problems.append(f"--target-ca/cert/key-file: cannot load: {plain_reason(e)}")
     if credentials.tls_files and not args.target.startswith("https://"):
         problems.append("--target-ca/cert/key-file need an https:// --target")
     if args.target_bearer_token_file:
         try:
             read_token(args.target_bearer_token_file)
         except (OSError, ValueError) as e:
-            problems.append(f"--target-bearer-token-file: {_reason(e)}")
+            problems.append(f"--target-bearer-token-file: {plain_reason(e)}")
     if urlparse(args.target).password is not None:
         problems.append("--target: no credentials in the URL (they would show in logs)")
     return problems
-
-
-def _reason(error: Exception) -> str:
-    """An OSError's plain words (`No such file or directory`), else the error's text."""
-    return str(error.strerror if isinstance(error, OSError) and error.strerror else error)
 
 
 def target_credentials(args: argparse.Namespace) -> TargetCredentials:
@@ -173,7 +176,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     """Validate every flag; raise ConfigError listing all problems at once."""
     problems: list[str] = []
 
-    def check(flag: str, parse: Callable[[str], float], raw: str) -> float | None:
+    def check(flag: str, parse: Callable[[str], T], raw: str) -> T | None:
         try:
             return parse(raw)
         except ValueError as e:
@@ -183,12 +186,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     target = urlparse(args.target)
     if target.scheme not in ("http", "https") or not target.hostname:
         problems.append(f"--target: {args.target!r} is not an http(s) URL")
-    host, _, port_text = args.listen.rpartition(":")
-    port = None
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        problems.append(f"--listen: {args.listen!r} is not HOST:PORT")
-    else:
-        port = int(port_text)
+    address = check("--listen", parse_host_port, args.listen)
     interval = check("--interval", parse_duration, args.interval)
     window = check("--window", parse_duration, args.window)
     timeout = check("--timeout", parse_duration, args.timeout)
@@ -228,10 +226,11 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     problems += security_problems(args)
     if problems:
         raise ConfigError("\n".join(problems))
-    assert interval and window and timeout and max_bytes and port is not None
+    assert interval and window and timeout and max_bytes and address is not None
+    host, port = address
     return ExporterConfig(
         target=args.target.rstrip("/"),
-        listen_host=host.strip("[]") or "0.0.0.0",
+        listen_host=host,
         listen_port=port,
         interval_seconds=interval,
         window_seconds=window,
@@ -250,10 +249,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
 
 def main(argv: Sequence[str], prog: str = "glassbox exporter") -> int:
     args = build_parser(prog).parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
-    )
+    set_up_logging(args.log_level)
     try:
         config = config_from_args(args)
     except ConfigError as e:

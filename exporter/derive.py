@@ -17,11 +17,11 @@ wall clock), and that poll adds 0 to it, neither a negative value nor a spike.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from . import snapshot as s
-from .startup_log import ColdStart, read_cold_starts
+from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.startup_log import ColdStart, read_cold_starts
 
 GIB = 1024**3
 
@@ -462,7 +462,7 @@ def warm_request_prefill_seconds(
     return ratio(total, count)
 
 
-# --- the catalogue of windowed series ---------------------------------------------------
+# --- beside the increases --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -474,94 +474,3 @@ class Context:
     weights_bytes: float | None = None
     peak_bandwidth: float | None = None  # of one GPU
     tensor_parallel: int = 1
-
-
-#: How the weight-based series read a mixture-of-experts model (in their HELP).
-MOE_NOTE = (
-    " (weights: of a mixture-of-experts model, its active weights; a batch reads more experts)"
-)
-
-
-@dataclass(frozen=True)
-class WindowedSeries:
-    """One exported series computed from an Increase over the window."""
-
-    name: str
-    help: str
-    compute: Callable[[Increase, Context], float | None]
-
-
-WINDOWED: tuple[WindowedSeries, ...] = (
-    WindowedSeries(
-        "glassbox_time_per_output_token_seconds",
-        "Seconds per decode token, correct under speculative decoding: "
-        "Δ ITL sum / (Δ generation tokens − Δ TTFT count)",
-        lambda d, c: time_per_output_token(d),
-    ),
-    WindowedSeries(
-        "glassbox_inter_token_latency_seconds",
-        "Mean seconds of one decode step of one sequence: Δ ITL sum / Δ ITL count",
-        lambda d, c: inter_token_latency(d),
-    ),
-    WindowedSeries(
-        "glassbox_tokens_per_forward_pass",
-        "Decode tokens per decode step of one sequence (1.0 without speculation): "
-        "(Δ generation tokens − Δ TTFT count) / Δ ITL count",
-        lambda d, c: tokens_per_forward_pass(d),
-    ),
-    WindowedSeries(
-        "glassbox_engine_steps_per_second",
-        "Engine steps per second: Δ iteration_tokens_total_count / window seconds",
-        lambda d, c: engine_steps_per_second(d),
-    ),
-    WindowedSeries(
-        "glassbox_tokens_per_engine_step",
-        "Generated tokens per engine step across the batch: Δ generation tokens / Δ engine steps",
-        lambda d, c: tokens_per_engine_step(d),
-    ),
-    WindowedSeries(
-        "glassbox_time_to_first_token_seconds",
-        "Mean time to first token: Δ TTFT sum / Δ TTFT count",
-        lambda d, c: time_to_first_token(d),
-    ),
-    WindowedSeries(
-        "glassbox_spec_decode_acceptance_ratio",
-        "Share of draft tokens accepted: Δ accepted tokens / Δ draft tokens",
-        lambda d, c: spec_acceptance_ratio(d),
-    ),
-    WindowedSeries(
-        "glassbox_spec_decode_mean_acceptance_length",
-        "Tokens emitted per verified draft: 1 + Δ accepted tokens / Δ drafts",
-        lambda d, c: spec_mean_acceptance_length(d),
-    ),
-    WindowedSeries(
-        "glassbox_spec_decode_draft_coverage_ratio",
-        "Share of decode steps that speculated at all: Δ drafts / Δ ITL count "
-        "(requests that bypass speculation pull it toward 0)",
-        lambda d, c: spec_draft_coverage(d),
-    ),
-    WindowedSeries(
-        "glassbox_weight_bytes_per_output_token",
-        "Weight bytes read per generated token, all GPUs together: "
-        "weights × Δ engine steps / Δ generation tokens" + MOE_NOTE,
-        lambda d, c: weight_bytes_per_output_token(d, c.weights_bytes),
-    ),
-    WindowedSeries(
-        "glassbox_weight_read_bandwidth_bytes_per_second",
-        "Achieved weight-read bandwidth of one GPU, from the mean decode step: "
-        "weights / (tensor-parallel size × Δ ITL sum / Δ ITL count)" + MOE_NOTE,
-        lambda d, c: weight_read_bandwidth_per_gpu(d, c.weights_bytes, c.tensor_parallel),
-    ),
-    WindowedSeries(
-        "glassbox_memory_bandwidth_utilization_ratio",
-        "Achieved weight-read bandwidth of one GPU / peak memory bandwidth of one GPU",
-        lambda d, c: memory_bandwidth_utilization(
-            d, c.weights_bytes, c.peak_bandwidth, c.tensor_parallel
-        ),
-    ),
-    WindowedSeries(
-        "glassbox_preemptions_per_second",
-        "Preemptions per second: Δ num_preemptions_total / window seconds",
-        lambda d, c: preemptions_per_second(d),
-    ),
-)

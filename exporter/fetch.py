@@ -28,8 +28,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-
-from .textformat import PageError
+from vllm_glassbox.exporter.errors import ScrapeError, plain_reason
 
 
 class _Watchdog:
@@ -119,12 +118,18 @@ def _file_signature(paths: tuple[str, ...]) -> tuple[tuple[int, int, int] | None
     return tuple(one(p) for p in paths)
 
 
+#: The largest page read, after decompression (the exporter's --max-bytes).
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+
+
 class Fetcher:
+    """GET pages of one server, each within a hard deadline and a byte cap."""
+
     def __init__(
         self,
         base_url: str,
         timeout_seconds: float,
-        max_bytes: int,
+        max_bytes: int = DEFAULT_MAX_BYTES,
         credentials: TargetCredentials | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -159,10 +164,8 @@ class Fetcher:
             except (OSError, ssl.SSLError) as e:
                 # Half-rotated files (a certificate without its new key yet): try again
                 # at the next poll, with the old client meanwhile.
-                reason = e.strerror if isinstance(e, OSError) and e.strerror else e
-                raise PageError(
-                    "connect", f"cannot load the target TLS files: {type(e).__name__}: {reason}"
-                ) from None
+                reason = f"cannot load the target TLS files: {type(e).__name__}: {plain_reason(e)}"
+                raise ScrapeError("connect", reason) from None
             self._client.close()
             self._client, self._signature = client, signature
         return self._client
@@ -174,10 +177,8 @@ class Fetcher:
         try:
             return {"Authorization": f"Bearer {read_token(path)}"}
         except (OSError, ValueError) as e:  # never the token itself in the message
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else e
-            raise PageError(
-                "connect", f"cannot read the bearer token file {path}: {reason}"
-            ) from None
+            reason = f"cannot read the bearer token file {path}: {plain_reason(e)}"
+            raise ScrapeError("connect", reason) from None
 
     def close(self) -> None:
         self._client.close()
@@ -190,10 +191,10 @@ class Fetcher:
             watchdog.fire()
 
     def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
-        """GET base_url + path as text within the deadline, or raise PageError."""
+        """GET base_url + path as text within the deadline, or raise ScrapeError."""
         seconds = self.timeout_seconds if timeout_seconds is None else timeout_seconds
         if seconds <= 0:
-            raise PageError("timeout", f"{path}: no time left in this poll")
+            raise ScrapeError("timeout", f"{path}: no time left in this poll")
         deadline = time.monotonic() + seconds
         with _Watchdog(seconds) as watchdog:
             self._in_flight = watchdog
@@ -201,15 +202,15 @@ class Fetcher:
                 if self._aborted:
                     watchdog.fire()
                 return self._get(path, seconds, deadline, watchdog)
-            except PageError:
+            except ScrapeError:
                 raise
             except httpx.HTTPError as e:
                 if watchdog.fired or isinstance(e, httpx.TimeoutException):
-                    raise PageError(
+                    raise ScrapeError(
                         "timeout", f"{path}: no complete answer within {seconds:g}s"
                     ) from None
                 # Refused, reset, or closed before the announced body was complete.
-                raise PageError("connect", f"{path}: {type(e).__name__}: {e}") from None
+                raise ScrapeError("connect", f"{path}: {type(e).__name__}: {e}") from None
             finally:
                 self._in_flight = None
 
@@ -223,18 +224,18 @@ class Fetcher:
             extensions={"trace": watchdog.trace},
         ) as response:
             if response.status_code != 200:
-                raise PageError("http_status", f"{path}: HTTP {response.status_code}")
+                raise ScrapeError("http_status", f"{path}: HTTP {response.status_code}")
             declared = response.headers.get("content-length", "")
             encoding = response.headers.get("content-encoding", "identity").lower()
             if encoding == "identity" and declared.isdigit() and int(declared) > self.max_bytes:
-                raise PageError(
+                raise ScrapeError(
                     "too_large", f"{path}: {declared} bytes announced (cap {self.max_bytes})"
                 )
             inflater = _inflater(encoding)
             body = bytearray()
             for chunk in response.iter_raw():
                 if time.monotonic() > deadline:
-                    raise PageError("timeout", f"{path}: body not complete within {seconds:g}s")
+                    raise ScrapeError("timeout", f"{path}: body not complete within {seconds:g}s")
                 room = self.max_bytes + 1 - len(body)
                 if inflater is None:
                     body += chunk[:room]
@@ -242,19 +243,30 @@ class Fetcher:
                     try:
                         body += inflater.decompress(chunk, room)
                     except zlib.error as e:
-                        raise PageError("decode", f"{path}: bad {encoding} body: {e}") from None
+                        raise ScrapeError("decode", f"{path}: bad {encoding} body: {e}") from None
                     if inflater.unconsumed_tail:
                         body += b"x"  # more was coming: over the cap
                 if len(body) > self.max_bytes:
-                    raise PageError(
+                    raise ScrapeError(
                         "too_large", f"{path}: body exceeds {self.max_bytes} bytes decoded"
                     )
             if inflater is not None and not inflater.eof:
-                raise PageError("decode", f"{path}: {encoding} body ends early")
+                raise ScrapeError("decode", f"{path}: {encoding} body ends early")
         try:
             return body.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise PageError("decode", f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+            raise ScrapeError(
+                "decode", f"{path}: not UTF-8 ({e.reason} at byte {e.start})"
+            ) from None
+
+
+def fetch_once(base_url: str, path: str, timeout_seconds: float) -> str:
+    """One GET of base_url + path with a Fetcher of its own; raises ScrapeError."""
+    fetcher = Fetcher(base_url, timeout_seconds)
+    try:
+        return fetcher.get_text(path)
+    finally:
+        fetcher.close()
 
 
 def _inflater(encoding: str) -> zlib._Decompress | None:
@@ -264,4 +276,4 @@ def _inflater(encoding: str) -> zlib._Decompress | None:
         return zlib.decompressobj(16 + zlib.MAX_WBITS)
     if encoding == "deflate":
         return zlib.decompressobj()
-    raise PageError("decode", f"unsupported Content-Encoding {encoding!r}")
+    raise ScrapeError("decode", f"unsupported Content-Encoding {encoding!r}")

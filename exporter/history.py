@@ -13,8 +13,13 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .derive import Increase, counters_restarted, increase_between, process_restarted
-from .snapshot import EngineKey, Snapshot
+from vllm_glassbox.exporter.derive import (
+    Increase,
+    counters_restarted,
+    increase_between,
+    process_restarted,
+)
+from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .derive import kv_cache_capacity_tokens, kv_cache_used_tokens
-from .snapshot import KV_USAGE, EngineKey, Snapshot
+from vllm_glassbox.exporter.derive import kv_cache_capacity_tokens, kv_cache_used_tokens
+from vllm_glassbox.exporter.snapshot import KV_USAGE, EngineKey, Snapshot
 
 
 def used_tokens(snapshot: Snapshot, logged_tokens: int | None = None) -> dict[EngineKey, float]:

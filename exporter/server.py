@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from .webconfig import BasicAuth, WebConfigSource
+from vllm_glassbox.exporter.webconfig import BasicAuth, WebConfigSource
 
 log = logging.getLogger("glassbox.exporter")
 

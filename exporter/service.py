@@ -21,19 +21,26 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from vllm_glassbox import __version__
-
-from .collector import PollState, build_families
-from .fetch import Fetcher, TargetCredentials
-from .first_requests import FirstRequestsWatch
-from .history import History
-from .kv_trend import UsedTokensTrend, used_tokens
-from .model import ParallelLayout, Weights, checkpoint_weights, resolve_layout, resolve_weights
-from .server import MetricsServer
-from .snapshot import Snapshot, read_snapshot
-from .startup_log import LogFollower, StartupFacts
-from .textformat import Limits, PageError
-from .webconfig import WebConfigSource
-from .weights import CheckpointSize, read_checkpoint
+from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.exposition import PollState, build_families
+from vllm_glassbox.exporter.fetch import DEFAULT_MAX_BYTES, Fetcher, TargetCredentials
+from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
+from vllm_glassbox.exporter.history import History
+from vllm_glassbox.exporter.kv_trend import UsedTokensTrend, used_tokens
+from vllm_glassbox.exporter.layout import ParallelLayout, resolve_layout
+from vllm_glassbox.exporter.server import MetricsServer
+from vllm_glassbox.exporter.snapshot import Snapshot, read_snapshot
+from vllm_glassbox.exporter.startup_log import LogFollower, StartupFacts
+from vllm_glassbox.exporter.textformat import Limits
+from vllm_glassbox.exporter.webconfig import WebConfigSource
+from vllm_glassbox.exporter.weights import (
+    CheckpointSize,
+    Weights,
+    checkpoint_weights,
+    read_checkpoint,
+    resolve_weights,
+)
+from vllm_glassbox.ticker import ticks
 
 log = logging.getLogger("glassbox.exporter")
 
@@ -48,7 +55,7 @@ class ExporterConfig:
     # The hard deadline of one poll, on purpose longer than the interval: a busy vLLM
     # that answers late is read (and counted as `slow`), only a silent one is `timeout`.
     timeout_seconds: float = 10.0
-    max_bytes: int = 8 * 1024 * 1024
+    max_bytes: int = DEFAULT_MAX_BYTES
     max_series_per_metric: int = 512
     weights_bytes: float | None = None
     vllm_log: str | None = None
@@ -120,7 +127,7 @@ class Poller:
         snapshot: Snapshot | None = None
         try:
             snapshot = read_snapshot(self.fetcher.get_text("/metrics"), self.limits)
-        except PageError as e:
+        except ScrapeError as e:
             if self._stopping:  # cut by stop(): not vLLM's failure
                 return False
             self.errors[e.reason] += 1
@@ -183,7 +190,7 @@ class Poller:
         try:
             version = json.loads(self.fetcher.get_text("/version", seconds_left)).get("version")
             return str(version)[:64] if version else None
-        except (PageError, ValueError, AttributeError):
+        except (ScrapeError, ValueError, AttributeError):
             return None
 
     def _publish(self, up: bool | None, duration: float, snapshot: Snapshot | None) -> None:
@@ -213,19 +220,16 @@ class Poller:
         self._published = [f for f in build_families(state) if f.samples]
 
     def run(self, stop: threading.Event) -> None:
-        next_at = self.clock()
-        while not stop.is_set():
+        # A poll that overran the interval (vLLM busy) is followed by a whole interval
+        # of rest, not by a burst of the missed polls.
+        interval = self.config.interval_seconds
+        for _ in ticks(interval, stop, after_overrun="a period later", clock=self.clock):
             try:
                 self.poll_once()
             except Exception:  # a bug must not kill the sidecar; it shows as target_up 0
                 log.exception("unexpected error while polling")
                 self.errors["internal"] += 1
                 self._publish(up=False, duration=0.0, snapshot=None)
-            next_at += self.config.interval_seconds
-            now = self.clock()
-            if next_at < now:  # fell behind: skip the missed ticks rather than burst
-                next_at = now + self.config.interval_seconds
-            stop.wait(max(0.0, next_at - now))
 
 
 class _Published:

@@ -11,7 +11,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .textformat import DEFAULT_LIMITS, Labels, Limits, PageError, Samples, parse_samples
+from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.textformat import DEFAULT_LIMITS, Labels, Limits, Samples, parse_samples
 
 # Canonical counter names. Values are cumulative, per (model_name, engine).
 GENERATION_TOKENS = "generation_tokens"
@@ -202,7 +203,7 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
 
     keys = set(counters) | set(gauges)
     if not keys:
-        raise PageError(
+        raise ScrapeError(
             "no_vllm_metrics",
             "the page has no vllm: series (is vLLM started with --disable-log-stats?)",
         )
@@ -215,7 +216,7 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
 
 
 def read_snapshot(text: str, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
-    """Parse a /metrics page into a Snapshot (raises PageError)."""
+    """Parse a /metrics page into a Snapshot (raises ScrapeError)."""
     return snapshot_from_samples(parse_samples(text, WANTED_SAMPLES, limits))
 
 

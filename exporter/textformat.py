@@ -4,7 +4,7 @@ vLLM's page is mostly histogram buckets we never use. Rather than parse every li
 (prometheus_client's parser does, in Python), we let the regex engine find the lines of
 the sample names we want and validate those strictly; the rest of the page only has to
 look like exposition text (a cheap whole-page shape check). Anything wrong raises
-`PageError` with a stable `reason`, which the exporter turns into
+`ScrapeError` with a stable `reason`, which the exporter turns into
 `glassbox_scrape_errors_total{reason}`.
 """
 
@@ -16,33 +16,10 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from vllm_glassbox.exporter.errors import ScrapeError
+
 Labels = tuple[tuple[str, str], ...]
 """Label pairs sorted by name: hashable, so a series is (name, labels)."""
-
-#: Every reason a page can be refused; the exporter pre-creates a counter for each.
-ERROR_REASONS = (
-    "connect",  # refused, reset, DNS
-    "timeout",  # the per-poll deadline passed
-    "slow",  # answered, but after the poll interval: vLLM is busy, not down (values used)
-    "http_status",  # anything but 200
-    "too_large",  # the decoded body passed the byte cap
-    "decode",  # bad gzip or bad UTF-8
-    "parse",  # not exposition text
-    "invalid_value",  # NaN or ±Inf where a count or a ratio must be
-    "duplicate_series",  # the same series twice
-    "cardinality",  # too many series in one family, or an absurd label value
-    "no_vllm_metrics",  # a valid page with nothing of vLLM on it
-    "internal",  # an unexpected error in the exporter itself (a bug: its log has the trace)
-)
-
-
-class PageError(Exception):
-    """A page that cannot be used. `reason` is one of ERROR_REASONS."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        assert reason in ERROR_REASONS, reason
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -83,10 +60,10 @@ def _parse_labels(text: str, limits: Limits) -> Labels:
     while pos < len(text):
         m = _LABEL_PAIR.match(text, pos)
         if m is None:
-            raise PageError("parse", f"malformed labels {text[:80]!r}")
+            raise ScrapeError("parse", f"malformed labels {text[:80]!r}")
         value = _unescape(m.group(2))
         if len(value) > limits.max_label_value_length:
-            raise PageError(
+            raise ScrapeError(
                 "cardinality",
                 f"label {m.group(1)} has a {len(value)}-character value "
                 f"(limit {limits.max_label_value_length})",
@@ -94,23 +71,23 @@ def _parse_labels(text: str, limits: Limits) -> Labels:
         pairs.append((m.group(1), value))
         pos = m.end()
         if m.group(3) == "" and pos < len(text):
-            raise PageError("parse", f"malformed labels {text[:80]!r}")
+            raise ScrapeError("parse", f"malformed labels {text[:80]!r}")
     names = [k for k, _ in pairs]
     if len(set(names)) != len(names):
-        raise PageError("parse", f"repeated label name in {text[:80]!r}")
+        raise ScrapeError("parse", f"repeated label name in {text[:80]!r}")
     return tuple(sorted(pairs))
 
 
 def _parse_value(text: str) -> float:
     # Python's float() also takes digit separators ("1_000"); Prometheus does not.
     if "_" in text:
-        raise PageError("parse", f"value {text[:40]!r} is not a number")
+        raise ScrapeError("parse", f"value {text[:40]!r} is not a number")
     try:
         value = float(text)
     except ValueError:
-        raise PageError("parse", f"value {text[:40]!r} is not a number") from None
+        raise ScrapeError("parse", f"value {text[:40]!r} is not a number") from None
     if not math.isfinite(value):
-        raise PageError("invalid_value", f"value is {text}")
+        raise ScrapeError("invalid_value", f"value is {text}")
     return value
 
 
@@ -145,7 +122,7 @@ def _split_labels(rest: str) -> tuple[str, str]:
             in_quotes = not in_quotes
         elif ch == "}" and not in_quotes:
             return rest[1:i], rest[i + 1 :]
-    raise PageError("parse", "unterminated label set")
+    raise ScrapeError("parse", "unterminated label set")
 
 
 def parse_samples(text: str, wanted: Iterable[str], limits: Limits = DEFAULT_LIMITS) -> Samples:
@@ -155,11 +132,11 @@ def parse_samples(text: str, wanted: Iterable[str], limits: Limits = DEFAULT_LIM
     `vllm:inter_token_latency_seconds_sum`, ...). Timestamps are dropped.
     """
     if text and not text.endswith("\n"):
-        raise PageError("parse", "page does not end with a newline (truncated?)")
+        raise ScrapeError("parse", "page does not end with a newline (truncated?)")
     bad = _bad_line_start(text)
     if bad is not None:
         snippet = text[bad : bad + 40]
-        raise PageError("parse", f"not exposition text: {snippet!r}")
+        raise ScrapeError("parse", f"not exposition text: {snippet!r}")
 
     names = tuple(sorted(set(wanted), key=len, reverse=True))
     if not names:
@@ -168,18 +145,18 @@ def parse_samples(text: str, wanted: Iterable[str], limits: Limits = DEFAULT_LIM
     for start, name, rest in _wanted_lines(text, names):
         try:
             labels, value = _parse_sample_rest(rest, limits)
-        except PageError as e:
+        except ScrapeError as e:
             # Line numbers are only worth counting when something is wrong.
-            raise PageError(e.reason, f"line {_line_of(text, start)}: {e}") from None
+            raise ScrapeError(e.reason, f"line {_line_of(text, start)}: {e}") from None
         series = samples.setdefault(name, {})
         if labels in series:
             shown = ",".join(f"{k}={v!r}" for k, v in labels)
             shown = shown if len(shown) <= 120 else shown[:117] + "..."
-            raise PageError(
+            raise ScrapeError(
                 "duplicate_series", f"line {_line_of(text, start)}: {name}{{{shown}}} repeats"
             )
         if len(series) >= limits.max_series_per_metric:
-            raise PageError(
+            raise ScrapeError(
                 "cardinality", f"{name} has more than {limits.max_series_per_metric} series"
             )
         series[labels] = value
@@ -222,7 +199,7 @@ def _parse_sample_rest(rest: str, limits: Limits) -> tuple[Labels, float]:
         labels = _parse_labels(label_text, limits)
     vm = _VALUE_PART.fullmatch(rest)
     if vm is None:
-        raise PageError("parse", f"malformed sample {rest[:60]!r}")
+        raise ScrapeError("parse", f"malformed sample {rest[:60]!r}")
     return labels, _parse_value(vm.group(1))
 
 

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
+from vllm_glassbox.exporter.series import WEB_CONFIG_RELOAD
 
 log = logging.getLogger("glassbox.exporter")
 
@@ -219,12 +220,7 @@ class WebConfigSource:
 
     def collect(self) -> Iterator[Metric]:
         """`glassbox_web_config_last_reload_successful`: 0 while a broken change waits."""
-        yield GaugeMetricFamily(
-            "glassbox_web_config_last_reload_successful",
-            "Whether the last change of --web-config-file (or a file it names) loaded; "
-            "0: the previous configuration is still in force.",
-            value=1.0 if self.last_reload_ok else 0.0,
-        )
+        yield WEB_CONFIG_RELOAD.single(1.0 if self.last_reload_ok else 0.0)
 
     def describe(self) -> list[Metric]:
         return []

@@ -1,4 +1,5 @@
-"""Model weight bytes from a checkpoint directory, and peak memory bandwidth of GPUs.
+"""The model's weight bytes (from a checkpoint directory, and which source wins), and the
+peak memory bandwidth of GPUs.
 
 What vLLM loads from a checkpoint, counted the way it loads it:
 
@@ -13,8 +14,14 @@ What vLLM loads from a checkpoint, counted the way it loads it:
 - **Mixture of experts**: the routed experts' tensors apart, with the share of them one
   token uses (top-k of all), for the active weights.
 
-Without safetensors, `config.json` gives an estimate of the same shape. Which source wins
-over which is `exporter/model.py`'s business.
+Without safetensors, `config.json` gives an estimate of the same shape.
+
+Which source wins, for the exporter and the lab alike (`resolve_weights`): the weights of
+the whole model as vLLM holds it (a TP×PP-sharded model once, a data-parallel copy not
+twice) come from the flag, else vLLM's log (what was loaded, including a drafter and
+on-the-fly quantization), else the checkpoint's safetensors, else the estimate from its
+config.json. A mixture-of-experts checkpoint also gives the active weights (shared weights
+plus one token's top-k experts), whatever the source of the total.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter.layout import ParallelLayout
+from vllm_glassbox.exporter.startup_log import StartupFacts
 
 _DTYPE_BYTES = {
     "F64": 8,
@@ -338,6 +349,70 @@ def estimate_from_config(config: dict[str, object]) -> int:
 def weights_from_config(directory: Path) -> int:
     return estimate_from_config(_read_config(checkpoint_directory(directory)))
 
+
+# --- which source wins ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Weights:
+    bytes: float  # the whole model
+    source: str  # flag | log | safetensors | config
+    active_bytes: float | None = None  # mixture of experts only: what one token reads
+
+    @property
+    def read_per_step(self) -> float:
+        """The bytes the per-token series price a decode step at."""
+        return self.bytes if self.active_bytes is None else self.active_bytes
+
+
+def float_bytes(facts: StartupFacts | None) -> int:
+    """Width vLLM loads an unquantized checkpoint's floating-point weights at: the dtype
+    its engine-config line names, else its default (16 bits)."""
+    dtype = facts.model_dtype if facts else None
+    return TORCH_DTYPE_BYTES.get(dtype or "", DEFAULT_FLOAT_BYTES)
+
+
+def checkpoint_weights(size: CheckpointSize, facts: StartupFacts | None = None) -> Weights:
+    """A checkpoint's weights at the width vLLM loads them."""
+    width = float_bytes(facts)
+    total = float(size.total.at(width))
+    active = None
+    if size.experts_per_token_share is not None:
+        routed = float(size.routed_experts.at(width))
+        active = derive.active_weights(total, routed, size.experts_per_token_share)
+    return Weights(total, size.source, active)
+
+
+def read_checkpoint_weights(model_dir: str) -> Weights:
+    """Weights of a checkpoint directory at vLLM's default dtype (raises OSError or
+    ValueError naming what is wrong)."""
+    return checkpoint_weights(read_checkpoint(Path(model_dir)))
+
+
+def resolve_weights(
+    flag_bytes: float | None,
+    facts: StartupFacts | None,
+    checkpoint: Weights | None,
+    layout: ParallelLayout,
+) -> Weights | None:
+    """The whole model's weights from the first source that has them (the module doc)."""
+    total: float | None = None
+    source = ""
+    if flag_bytes is not None:
+        total, source = flag_bytes, "flag"
+    elif facts is not None:
+        logged = derive.weights_from_log(facts.weights_by_engine(), layout.shards)
+        if logged is not None:
+            total, source = logged, "log"
+    if total is None:
+        return checkpoint
+    active = None
+    if checkpoint is not None and checkpoint.active_bytes is not None:
+        active = derive.active_weights_of(total, checkpoint.bytes, checkpoint.active_bytes)
+    return Weights(total, source, active)
+
+
+# --- GPUs ------------------------------------------------------------------------------
 
 #: Peak memory bandwidth, bytes/s, from vendor datasheets.
 GPU_MEMORY_BANDWIDTH: dict[str, float] = {

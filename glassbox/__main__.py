@@ -1,3 +1,3 @@
-from .cli import main
+from vllm_glassbox.cli import main
 
 raise SystemExit(main())

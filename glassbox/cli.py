@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from . import __version__
+from vllm_glassbox import __version__
 
 # Each part registers its own flags; imports stay lazy so `glassbox exporter` never
 # pays for matplotlib or the Kubernetes client.

@@ -4,7 +4,8 @@
 
 Each exporter must serve /metrics with `glassbox_build_info` and `glassbox_target_up 1`
 (its last poll of vLLM succeeded); each vLLM must answer /health with 200. Prints one line
-per check; exit 0 when all pass, 1 otherwise. Needs only httpx and prometheus-client.
+per check; exit 0 when all pass, 1 otherwise. Reads with the exporter's fetcher (a hard
+deadline and a byte cap per request).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.fetch import fetch_once
 
 
 def exporter_problem(text: str) -> str | None:
@@ -33,23 +35,21 @@ def exporter_problem(text: str) -> str | None:
 
 def check_exporter(url: str, timeout: float) -> str | None:
     try:
-        response = httpx.get(url.rstrip("/") + "/metrics", timeout=timeout)
-    except httpx.HTTPError as e:
-        return f"{type(e).__name__}: {e}"
-    if response.status_code != 200:
-        return f"HTTP {response.status_code}"
+        text = fetch_once(url, "/metrics", timeout)
+    except ScrapeError as e:
+        return str(e)
     try:
-        return exporter_problem(response.text)
+        return exporter_problem(text)
     except ValueError as e:
         return f"not exposition text: {e}"
 
 
 def check_vllm(url: str, timeout: float) -> str | None:
     try:
-        response = httpx.get(url.rstrip("/") + "/health", timeout=timeout)
-    except httpx.HTTPError as e:
-        return f"{type(e).__name__}: {e}"
-    return None if response.status_code == 200 else f"/health answered HTTP {response.status_code}"
+        fetch_once(url, "/health", timeout)
+    except ScrapeError as e:
+        return str(e)
+    return None
 
 
 def main(argv: Sequence[str], prog: str = "glassbox probe") -> int:

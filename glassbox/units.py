@@ -1,4 +1,4 @@
-"""Parsing of the units people type: durations and byte rates."""
+"""Parsing of what people type in flags: durations, byte rates, HOST:PORT addresses."""
 
 from __future__ import annotations
 
@@ -34,3 +34,12 @@ def parse_positive_number(text: str | float | int) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a positive number: {text!r}")
     return value
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    """'HOST:PORT' -> (host, port) to listen on: '[::]:9400' -> ('::', 9400), and an empty
+    host ':9400' -> ('0.0.0.0', 9400)."""
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)

@@ -17,20 +17,19 @@ from pathlib import Path
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import Increase
-from vllm_glassbox.exporter.model import (
-    Weights,
-    read_checkpoint_weights,
-    resolve_layout,
-    resolve_weights,
-)
+from vllm_glassbox.exporter.layout import resolve_layout
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.exporter.startup_log import read_facts
-from vllm_glassbox.exporter.weights import estimate_from_config
-
-from . import findings
-from .measure import Completion, gauge_max, gauge_total, increase
-from .plan import Variant
-from .results import (
+from vllm_glassbox.exporter.weights import (
+    Weights,
+    estimate_from_config,
+    read_checkpoint_weights,
+    resolve_weights,
+)
+from vllm_glassbox.lab import findings
+from vllm_glassbox.lab.measure import Completion, gauge_max, gauge_total, increase
+from vllm_glassbox.lab.plan import Variant
+from vllm_glassbox.lab.results import (
     GIB,
     Bandwidth,
     RequestStats,

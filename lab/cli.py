@@ -16,31 +16,31 @@ nothing to do, 1 it could not.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .backend import Backend
-from .backend import exit_code as stopped_exit_code
-from .plan import (
+from vllm_glassbox.lab.backend import Backend
+from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
+from vllm_glassbox.lab.plan import (
     KvPressurePhase,
     Phase,
     Plan,
     PlanError,
     QuantizationPhase,
-    load_plan,
-    packaged_plan,
+    resolve_plan,
 )
-from .progress import Progress
-from .report import dashboard_images, write_outputs
-from .results import LabResults
-from .runner import STOPPED, Lab, resolve_peak, run_lab
-from .server_process import DEFAULT_COMMAND, free_port
-from .sidecar import ExporterBeside
-from .telemetry import GrafanaAnnotations, Observer, PhaseInfo
+from vllm_glassbox.lab.progress import Progress
+from vllm_glassbox.lab.report import dashboard_images, write_outputs
+from vllm_glassbox.lab.results import LabResults
+from vllm_glassbox.lab.runner import STOPPED, Lab, resolve_peak, run_lab
+from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, free_port
+from vllm_glassbox.lab.sidecar import ExporterBeside
+from vllm_glassbox.lab.telemetry import GrafanaAnnotations, Observer, PhaseInfo
+from vllm_glassbox.logs import add_log_level_flag, set_up_logging
+from vllm_glassbox.units import parse_host_port
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -75,9 +75,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="a Prometheus scraping this vLLM and its exporter: the dashboards over the "
         "run are drawn into the report at the end",
     )
-    run.add_argument(
-        "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
-    )
+    add_log_level_flag(run, default="warning")
     check = sub.add_parser("check", help="validate a plan and print what it would run")
     check.add_argument("plan", metavar="PLAN.yaml")
     restore = sub.add_parser(
@@ -88,15 +86,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     restore.add_argument("plan", metavar="PLAN.yaml", help="plan file, or a shipped plan's name")
     restore.add_argument("--backend", choices=["kubernetes", "local"])
     return p
-
-
-def resolve_plan(name: str) -> Plan:
-    path = Path(name)
-    if not path.exists():
-        shipped = packaged_plan(name)
-        if shipped is not None:
-            path = shipped
-    return load_plan(path)
 
 
 def choose_backend(plan: Plan, asked: str | None) -> str:
@@ -111,22 +100,15 @@ def choose_backend(plan: Plan, asked: str | None) -> str:
     return plan.backends[0]
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--metrics-listen: {text!r} is not HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
 def make_backend(
     plan: Plan, kind: str, out: Path, server_command: str | None, log: Callable[[str], None]
 ) -> Backend:
     if kind == "local":
-        from .local import LocalBackend
+        from vllm_glassbox.lab.local import LocalBackend
 
         assert plan.local is not None
         return LocalBackend(plan.local, out / "logs", server_command or DEFAULT_COMMAND)
-    from .kubernetes import KubernetesBackend, Timeouts
+    from vllm_glassbox.lab.kubernetes import KubernetesBackend, Timeouts
 
     target = plan.kubernetes
     assert target is not None
@@ -158,7 +140,10 @@ def run(args: argparse.Namespace, prog: str) -> int:
     try:
         plan = resolve_plan(args.plan)
         kind = choose_backend(plan, args.backend)
-        listen = parse_listen(args.metrics_listen) if args.metrics_listen else None
+        try:
+            listen = parse_host_port(args.metrics_listen) if args.metrics_listen else None
+        except ValueError as e:
+            raise ValueError(f"--metrics-listen: {e}") from None
         if args.prometheus and not args.prometheus.startswith(("http://", "https://")):
             raise ValueError(f"--prometheus: {args.prometheus!r} is not an http(s) URL")
     except (PlanError, ValueError) as e:
@@ -321,9 +306,6 @@ def describe_phase(phase: Phase) -> str:
 
 def main(argv: Sequence[str], prog: str = "glassbox lab") -> int:
     args = build_parser(prog).parse_args(argv)
-    logging.basicConfig(
-        level=getattr(args, "log_level", "warning").upper(),
-        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
-    )
+    set_up_logging(getattr(args, "log_level", "warning"))
     commands = {"run": run, "check": check, "restore": restore}
     return commands[args.command](args, prog)

@@ -24,17 +24,23 @@ from pathlib import Path
 
 import httpx
 import yaml
-
-from .backend import exit_code as stopped_exit_code
-from .local import LocalBackend
-from .plan import TINY_PREFIX, Phase, Plan, PlanError, QuantizationPhase, load_plan, packaged_plan
-from .progress import Progress
-from .report import dashboard_images, summary_lines, write_outputs
-from .results import ExporterSeries, LabResults
-from .runner import STOPPED, Lab, resolve_peak, run_lab
-from .server_process import DEFAULT_COMMAND, free_port
-from .sidecar import LOOPBACK, ExporterBeside
-from .telemetry import PhaseInfo
+from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
+from vllm_glassbox.lab.local import LocalBackend
+from vllm_glassbox.lab.plan import (
+    TINY_PREFIX,
+    Phase,
+    Plan,
+    PlanError,
+    QuantizationPhase,
+    resolve_plan,
+)
+from vllm_glassbox.lab.progress import Progress
+from vllm_glassbox.lab.report import dashboard_images, summary_lines, write_outputs
+from vllm_glassbox.lab.results import ExporterSeries, LabResults
+from vllm_glassbox.lab.runner import STOPPED, Lab, resolve_peak, run_lab
+from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, free_port
+from vllm_glassbox.lab.sidecar import LOOPBACK, ExporterBeside
+from vllm_glassbox.lab.telemetry import PhaseInfo
 
 SCRAPE_INTERVAL = "2s"
 #: glassbox's recording rules and alerts, in a source checkout (not in an installed wheel).
@@ -171,10 +177,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
     args = build_parser(prog).parse_args(argv)
     try:
-        path = Path(args.plan) if Path(args.plan).exists() else packaged_plan(args.plan)
-        if path is None:
-            raise PlanError([f"no such file or shipped plan: {args.plan}"], args.plan)
-        plan = load_plan(path)
+        plan = resolve_plan(args.plan)
         if plan.local is None:
             raise PlanError(["target.local: required by the demo"], plan.name)
     except PlanError as e:

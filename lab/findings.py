@@ -23,8 +23,7 @@ import statistics
 from collections.abc import Callable, Sequence
 
 from vllm_glassbox.exporter.derive import counter_increase, marginal_weight_read_bandwidth
-
-from .results import (
+from vllm_glassbox.lab.results import (
     ABOVE_LINE,
     BELOW_LINE,
     FITTED,

@@ -42,12 +42,11 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-
-from ..exporter.fetch import Fetcher
-from ..exporter.snapshot import read_snapshot
-from ..exporter.textformat import PageError
-from .args import apply_overrides, flag_value
-from .backend import Deployed, FlagOverrides
+from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.fetch import Fetcher
+from vllm_glassbox.exporter.snapshot import read_snapshot
+from vllm_glassbox.lab.args import apply_overrides, flag_value
+from vllm_glassbox.lab.backend import Deployed, FlagOverrides
 
 _NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _T = TypeVar("_T")
@@ -637,7 +636,7 @@ def _serving_problem(fetcher: Fetcher) -> str | None:
     try:
         fetcher.get_text("/health")
         snapshot = read_snapshot(fetcher.get_text("/metrics"))
-    except PageError as e:
+    except ScrapeError as e:
         return f"{fetcher.base_url}: {e}"
     if not snapshot.cache:
         return f"{fetcher.base_url}/metrics has no vllm:cache_config_info yet"

@@ -13,11 +13,11 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from .args import apply_overrides, flag_value
-from .backend import Deployed, FlagOverrides
-from .plan import TINY_PREFIX, LocalTarget
-from .server_process import DEFAULT_COMMAND, ServerProcess
-from .tinymodel import generate
+from vllm_glassbox.lab.args import apply_overrides, flag_value
+from vllm_glassbox.lab.backend import Deployed, FlagOverrides
+from vllm_glassbox.lab.plan import TINY_PREFIX, LocalTarget
+from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, ServerProcess
+from vllm_glassbox.lab.tinymodel import generate
 
 
 class LocalBackend:

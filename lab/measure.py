@@ -22,13 +22,14 @@ from typing import Any
 
 import httpx
 from vllm_glassbox.exporter.derive import Increase, engines_together, snapshot_increases
+from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.fetch import Fetcher
 from vllm_glassbox.exporter.snapshot import (
     GENERATION_TOKENS,
     REQUESTS_FINISHED,
     Snapshot,
     read_snapshot,
 )
-from vllm_glassbox.exporter.textformat import PageError
 
 
 class LabError(RuntimeError):
@@ -80,16 +81,21 @@ class VllmClient:
         self.url = url.rstrip("/")
         self.model = model
         self._http = httpx.Client(timeout=httpx.Timeout(request_timeout, connect=10.0))
+        # The exporter's fetcher: a hard deadline and a byte cap, whatever vLLM does.
+        self._pages = Fetcher(self.url, timeout_seconds=10.0)
 
     def close(self) -> None:
         self._http.close()
+        self._pages.close()
 
     def snapshot(self, timeout: float = 10.0) -> Snapshot:
         try:
-            r = self._http.get(self.url + "/metrics", timeout=timeout)
-            r.raise_for_status()
-            return read_snapshot(r.text)
-        except (httpx.HTTPError, PageError) as e:
+            page = self._pages.get_text("/metrics", timeout)
+        except ScrapeError as e:
+            raise LabError(f"cannot read {self.url}: {e}") from None
+        try:
+            return read_snapshot(page)
+        except ScrapeError as e:
             raise LabError(f"cannot read {self.url}/metrics: {e}") from None
 
     def complete(self, body: Mapping[str, Any]) -> Completion:
@@ -262,7 +268,7 @@ class Sampler:
             return
         try:
             snapshot = read_snapshot(str(poll["page"]))
-        except PageError as e:
+        except ScrapeError as e:
             self.errors += 1
             self.on_missed(self._t(received), f"cannot read {self.url}/metrics: {e}")
             return

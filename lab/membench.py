@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
-from . import findings
-from .results import Peak
+from vllm_glassbox.lab import findings
+from vllm_glassbox.lab.results import Peak
 
 COPY_BYTES = 256 * 1024**2
 REPEATS = 7

@@ -24,10 +24,9 @@ from typing import Any, TypeVar
 
 import yaml
 from vllm_glassbox.exporter.weights import gpu_bandwidth
+from vllm_glassbox.lab.backend import REMOVE, FlagOverrides, FlagValue
+from vllm_glassbox.lab.tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
 from vllm_glassbox.units import parse_duration
-
-from .backend import REMOVE, FlagOverrides, FlagValue
-from .tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
 
 KINDS = ("quantization", "kv-pressure", "spec-decode")
 TINY_PREFIX = "tiny:"
@@ -755,6 +754,14 @@ def load_plan(path: Path) -> Plan:
     except yaml.YAMLError as e:
         raise PlanError([f"not valid YAML: {e}"], str(path)) from None
     return parse_plan(data, str(path))
+
+
+def resolve_plan(name: str) -> Plan:
+    """A plan file, else a plan shipped with glassbox by name (`cpu-demo`)."""
+    path = Path(name) if Path(name).exists() else packaged_plan(name)
+    if path is None:
+        raise PlanError([f"no such file or shipped plan: {name}"], name)
+    return load_plan(path)
 
 
 def packaged_plan(name: str) -> Path | None:

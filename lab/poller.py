@@ -19,35 +19,29 @@ import sys
 import threading
 import time
 
+from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import Fetcher
-from vllm_glassbox.exporter.textformat import PageError
-
-MAX_PAGE_BYTES = 8 * 1024 * 1024
+from vllm_glassbox.ticker import ticks
 
 
 def poll_forever(
     url: str, period: float, deadline: float, path: str, stop: threading.Event
 ) -> None:
     # The exporter's fetcher: one hard deadline per poll, whatever the server does.
-    fetcher = Fetcher(url, deadline, MAX_PAGE_BYTES)
+    fetcher = Fetcher(url, deadline)
     with open(path, "a", encoding="utf-8") as out:
-        next_at = time.monotonic()
-        while not stop.is_set():
+        # A poll that came back late is followed at once, the period counted from there.
+        for due in ticks(period, stop, after_overrun="at once"):
             sent = time.monotonic()
             # When it meant to poll, too: a poll sent late means the machine was starved.
-            line: dict[str, object] = {"scheduled": next_at, "sent": sent}
+            line: dict[str, object] = {"scheduled": due, "sent": sent}
             try:
                 line["page"] = fetcher.get_text("/metrics")
-            except PageError as e:
+            except ScrapeError as e:
                 line["error"] = str(e)
             line["received"] = time.monotonic()
             out.write(json.dumps(line) + "\n")
             out.flush()
-            next_at += period
-            now = time.monotonic()
-            if next_at < now:  # the poll was late: poll again now, the period from here
-                next_at = now
-            stop.wait(max(0.0, next_at - now))
     fetcher.close()
 
 

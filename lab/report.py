@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import findings
-from .results import (
+from vllm_glassbox.lab import findings
+from vllm_glassbox.lab.results import (
     ABOVE_LINE,
     BELOW_LINE,
     FULL_SIZE,
@@ -40,7 +40,7 @@ from .results import (
     TimelinePoint,
     VariantResult,
 )
-from .sidecar import COMPARED
+from vllm_glassbox.lab.sidecar import COMPARED
 
 MAX_TIMELINE_ROWS = 40
 #: The exporter's series in the report: (name, title, scale).

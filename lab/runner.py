@@ -20,9 +20,8 @@ from vllm_glassbox import __version__
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import Increase
 from vllm_glassbox.exporter.snapshot import Snapshot
-
-from . import findings
-from .analysis import (
+from vllm_glassbox.lab import findings
+from vllm_glassbox.lab.analysis import (
     checkpoint_weights,
     request_stats,
     sample,
@@ -31,10 +30,10 @@ from .analysis import (
     timeline_point,
     variant_result,
 )
-from .backend import Backend, Deployed, FlagOverrides, Terminated, restoring
-from .measure import Completion, LabError, Measured, Sampler, VllmClient, increase
-from .membench import measure_peak
-from .plan import (
+from vllm_glassbox.lab.backend import Backend, Deployed, FlagOverrides, Terminated, restoring
+from vllm_glassbox.lab.measure import Completion, LabError, Measured, Sampler, VllmClient, increase
+from vllm_glassbox.lab.membench import measure_peak
+from vllm_glassbox.lab.plan import (
     KvPressurePhase,
     Phase,
     Plan,
@@ -43,8 +42,8 @@ from .plan import (
     SpecDecodePhase,
     SpecRun,
 )
-from .progress import Progress
-from .results import (
+from vllm_glassbox.lab.progress import Progress
+from vllm_glassbox.lab.results import (
     KvPressureResult,
     LabResults,
     MissedPoll,
@@ -60,8 +59,8 @@ from .results import (
     TimelinePoint,
     VariantResult,
 )
-from .server_process import ServerError
-from .telemetry import Observer, Segment
+from vllm_glassbox.lab.server_process import ServerError
+from vllm_glassbox.lab.telemetry import Observer, Segment
 
 PROGRESS_POLL_SECONDS = 2.0
 

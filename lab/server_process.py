@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-import httpx
+from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.fetch import fetch_once
 
 DEFAULT_COMMAND = f"{shlex.quote(sys.executable)} -m vllm.entrypoints.openai.api_server"
 
@@ -90,9 +91,9 @@ class ServerProcess:
                     f"server exited with code {self._proc.returncode if self._proc else '?'} "
                     f"before it was ready{self.errors_in_log()}:\n{self.log_tail()}"
                 )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
-                    return
+            with contextlib.suppress(ScrapeError):
+                fetch_once(self.url, "/health", timeout_seconds=2.0)
+                return
             time.sleep(0.5)
         raise ServerError(f"server not ready after {timeout_seconds:g}s:\n{self.log_tail()}")
 

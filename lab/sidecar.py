@@ -18,13 +18,13 @@ import threading
 import time
 from collections.abc import Callable
 
-import httpx
+from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.fetch import fetch_once
 from vllm_glassbox.exporter.service import ExporterConfig, serve
-from vllm_glassbox.exporter.textformat import PageError, parse_samples
-
-from .backend import Deployed
-from .results import ExporterSeries
-from .telemetry import Observer, Segment
+from vllm_glassbox.exporter.textformat import parse_samples
+from vllm_glassbox.lab.backend import Deployed
+from vllm_glassbox.lab.results import ExporterSeries
+from vllm_glassbox.lab.telemetry import Observer, Segment
 
 LOOPBACK = "127.0.0.1"
 INTERVAL_SECONDS = 2.0  # as often as the lab's own timeline: vLLM's API server is shared
@@ -112,9 +112,9 @@ class ExporterBeside(Observer):
     def read(self) -> dict[str, float]:
         """The exporter's derived series now, summed over engines (one engine here)."""
         try:
-            text = httpx.get(self.url + "/metrics", timeout=5).text
+            text = fetch_once(self.url, "/metrics", timeout_seconds=5.0)
             samples = parse_samples(text, [*ALSO_READ, *COMPARED])
-        except (httpx.HTTPError, PageError):
+        except ScrapeError:
             return {}
         return {name: sum(series.values()) for name, series in samples.items() if series}
 

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+rm -rf build  # setuptools' staging folder: a module renamed since the last build would stay in it
 .venv/bin/python -m pip -q --disable-pip-version-check install --no-deps --no-build-isolation \
   --target "$tmp" . 2> >(grep -v "is ignored" >&2)
 cp pyproject.toml "$tmp/"

@@ -4,7 +4,7 @@
     scripts/fuzz.sh [SECONDS]                      both targets, SECONDS each (default 600)
     .venv/bin/python scripts/fuzz_parsers.py page|log CORPUS_DIR [libFuzzer flags...]
 
-The oracle is tests/parser_contract.py: only clean, reasoned errors (PageError with a
+The oracle is tests/parser_contract.py: only clean, reasoned errors (ScrapeError with a
 known reason for a page; nothing at all for a log), and only finite numbers out. The
 corpus starts from the captured pages and logs in tests/fixtures/, plus the inputs kept
 as regression cases (tests/fixtures/fuzz/), and a dictionary of the names and phrases

@@ -2,6 +2,7 @@
 # Set up everything glassbox needs on a fresh Debian machine, idempotently:
 # Debian's prometheus (promtool and the server, for the rules and real-data tests),
 # docker.io and debootstrap (the image is built and run for real by tests/test_image.py),
+# make (the Makefile's development loop, docs/code-map.md),
 # a virtualenv in .venv with glassbox, its lab and test tools and the vLLM CPU build, and
 # checkov in a virtualenv of its own (.tools/checkov: its pins clash with vLLM's).
 set -euo pipefail
@@ -11,6 +12,7 @@ missing=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+command -v make >/dev/null || missing+=(make)  # the development loop (Makefile)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian's ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

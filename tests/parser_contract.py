@@ -5,7 +5,7 @@ captured pages and logs; `tests/test_parser_contract.py` replays the inputs it k
 violation is an `AssertionError` (or any exception other than the ones allowed here).
 
 - The page parser (`read_snapshot`, the path a poll takes after the fetch) either returns
-  a Snapshot whose numbers are all finite, or raises `PageError` whose reason is one of
+  a Snapshot whose numbers are all finite, or raises `ScrapeError` whose reason is one of
   ERROR_REASONS and whose message is a short line (it goes into a log line).
 - The log parser (`read_facts`, and `StartupFacts.feed` line by line as the follower
   does) never raises, whatever the log holds, and every fact it returns is a usable
@@ -24,16 +24,17 @@ from vllm_glassbox.exporter.derive import (
     kv_cache_capacity_tokens,
     weights_from_log,
 )
+from vllm_glassbox.exporter.errors import ERROR_REASONS, ScrapeError
 from vllm_glassbox.exporter.snapshot import Snapshot, read_snapshot
 from vllm_glassbox.exporter.startup_log import StartupFacts, read_facts
-from vllm_glassbox.exporter.textformat import ERROR_REASONS, Limits, PageError
+from vllm_glassbox.exporter.textformat import Limits
 
 # Small limits, so that the fuzzer reaches the cardinality checks with small inputs.
 PAGE_LIMITS = Limits(max_series_per_metric=8, max_label_value_length=64)
 MAX_MESSAGE = 400
 
 
-def check_page(data: bytes) -> Snapshot | PageError | None:
+def check_page(data: bytes) -> Snapshot | ScrapeError | None:
     """Run one page through the parser; None when the bytes are not UTF-8 (the fetcher
     refuses those itself, as reason `decode`)."""
     try:
@@ -42,7 +43,7 @@ def check_page(data: bytes) -> Snapshot | PageError | None:
         return None
     try:
         snapshot = read_snapshot(text, PAGE_LIMITS)
-    except PageError as e:
+    except ScrapeError as e:
         assert e.reason in ERROR_REASONS, e.reason
         message = str(e)
         assert message and "\n" not in message, repr(message)

@@ -51,6 +51,7 @@ from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.lab.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.ticker import ticks
 
 REPO = Path(__file__).resolve().parent.parent
 GLASSBOX = str(Path(sys.executable).parent / "glassbox")
@@ -327,9 +328,8 @@ def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> N
     )
     pages = _KeepingPages(poller.fetcher)
     poller.fetcher = pages  # type: ignore[assignment]
-    next_at = time.monotonic()
     try:
-        while not stop.is_set():
+        for _ in ticks(FINE_POLL_SECONDS, stop, after_overrun="at once"):
             at = time.time()
             if poller.poll_once():
                 values = {
@@ -342,8 +342,6 @@ def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> N
                     values[RUNNING] = sample.gauges.get(s.RUNNING, math.nan)
                     values[WAITING] = sample.gauges.get(s.WAITING, math.nan)
                 out.append(FinePoll(at, values))
-            next_at = max(next_at + FINE_POLL_SECONDS, time.monotonic())
-            stop.wait(next_at - time.monotonic())
     finally:
         poller.fetcher.close()
 

@@ -45,7 +45,8 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter.derive import WINDOWED, Context, Increase, snapshot_increases
+from vllm_glassbox.exporter.derive import Context, Increase, snapshot_increases
+from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot, read_snapshot
 from vllm_glassbox.lab.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate

@@ -23,7 +23,6 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from cloudcoil.models.prometheus_operator import v1 as monitoring
 from vllm_glassbox.lab.kubernetes import Timeouts
 from vllm_glassbox.lab.plan import load_plan
 from vllm_glassbox.probe import exporter_problem
@@ -74,6 +73,7 @@ def test_there_is_a_ci_values_file_for_each_mode() -> None:
     assert any(v.get("exporter", {}).get("nativeSidecar") for v, _ in CI.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "kube"), CASES)
 def test_every_ci_values_file_renders_valid_objects_on_every_kubernetes_version(
     name: str, kube: str
@@ -174,18 +174,21 @@ def test_values_that_break_a_cross_field_rule_are_refused_with_the_reason(
 
 # -- the operator's objects, rules and dashboards ------------------------------------
 
-_MODELS = {
-    "ServiceMonitor": monitoring.ServiceMonitor,
-    "PodMonitor": monitoring.PodMonitor,
-    "PrometheusRule": monitoring.PrometheusRule,
-}
 
-
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CI))
 def test_operator_objects_are_valid_typed_models_with_no_unknown_field(name: str) -> None:
+    # Imported here: the models take seconds to import, which only this test should pay.
+    from cloudcoil.models.prometheus_operator import v1 as monitoring
+
+    models = {
+        "ServiceMonitor": monitoring.ServiceMonitor,
+        "PodMonitor": monitoring.PodMonitor,
+        "PrometheusRule": monitoring.PrometheusRule,
+    }
     rendered = rendered_ci(name, "1.34.0")
     for manifest in (m for m in rendered.manifests if m["kind"] in OPERATOR_KINDS):
-        model = _MODELS[manifest["kind"]].model_validate(manifest)
+        model = models[manifest["kind"]].model_validate(manifest)
         # The models ignore unknown keys: a field lost on the way back is one they lack.
         back = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
         assert back["spec"] == manifest["spec"], manifest["metadata"]["name"]
@@ -235,6 +238,7 @@ def _vllm_jobs(rendered: Rendered) -> list[str]:
     return jobs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "release", ["demo", "glassbox", "vllm-glassbox", "x", "a-very-long-release-name-" + "x" * 28]
 )
@@ -378,6 +382,7 @@ def _container(spec: dict[str, Any], name: str) -> dict[str, Any]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "kube"), _supported_cases())
 def test_every_pod_passes_pod_security_restricted_and_mounts_no_token_but_the_labs(
     name: str, kube: str

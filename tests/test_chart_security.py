@@ -15,6 +15,8 @@ import yaml
 
 from tests.chart_render import REPO, ci_values, render
 
+pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
+
 CHECKOV = REPO / ".tools" / "checkov" / "bin" / "checkov"
 SKIPS = REPO / "helm" / "security-skips.yaml"
 

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import Fetcher
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
-from vllm_glassbox.exporter.textformat import PageError
 from vllm_glassbox.exporter.weights import gpu_bandwidth
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, _config, write_safetensors
 
@@ -35,7 +35,7 @@ from tests.golden import GOLDEN, check_golden, family_of, strip_volatile
 class PageSequence(Fetcher):
     """Serves /metrics from a list of pages (or errors) in order, and a fixed /version."""
 
-    def __init__(self, pages: list[str | PageError], version: str) -> None:
+    def __init__(self, pages: list[str | ScrapeError], version: str) -> None:
         self.pages = list(pages)
         self.version = version
 
@@ -43,7 +43,7 @@ class PageSequence(Fetcher):
         if path == "/version":
             return json.dumps({"version": self.version})
         item = self.pages.pop(0)
-        if isinstance(item, PageError):
+        if isinstance(item, ScrapeError):
             raise item
         return item
 
@@ -60,7 +60,7 @@ class Clock:
 
 
 def render(
-    config: ExporterConfig, polls: list[str | PageError], version: str, interval: float = 10.0
+    config: ExporterConfig, polls: list[str | ScrapeError], version: str, interval: float = 10.0
 ) -> str:
     """Poll each page `interval` seconds apart, then render what a scrape would get."""
     clock = Clock()
@@ -189,7 +189,7 @@ def scenarios(checkpoint: Path) -> dict[str, str]:
                 page(cpu + "plain-idle.txt"),
                 page(cpu + "plain-after-1x64.txt"),
                 TRUNCATED,
-                PageError("connect", "/metrics: ConnectError: refused"),
+                ScrapeError("connect", "/metrics: ConnectError: refused"),
             ],
             "0.32.0",
         ),

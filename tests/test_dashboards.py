@@ -47,7 +47,7 @@ from vllm_glassbox.dashboards.snapshot import (
     variable_names,
     with_gaps,
 )
-from vllm_glassbox.exporter.derive import WINDOWED
+from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 from vllm_glassbox.lab.server_process import free_port
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, PhaseInfo, Segment

@@ -12,12 +12,12 @@ import pytest
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import (
-    WINDOWED,
     Context,
     Increase,
     counter_increase,
     increase_between,
 )
+from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.lab.tinymodel import TinyModelSpec
 
@@ -346,14 +346,6 @@ def test_increase_across_a_restart_is_what_the_new_process_counted() -> None:
 def test_a_counter_first_seen_after_counts_from_zero() -> None:
     d = increase_between({}, {s.SPEC_DRAFTS: 4.0}, 1.0)
     assert d[s.SPEC_DRAFTS] == 4.0
-
-
-def test_every_windowed_series_has_a_unique_glassbox_name_and_help() -> None:
-    names = [series.name for series in WINDOWED]
-    assert len(names) == len(set(names))
-    for series in WINDOWED:
-        assert series.name.startswith("glassbox_") and ":" not in series.name
-        assert series.help
 
 
 # --- tensor parallelism: per-GPU bandwidth and floor ----------------------------------------

@@ -24,6 +24,8 @@ import pytest
 from tests.k8s_double import wait_until
 from tests.misbehaving import FakeVllm, Misbehaving
 
+pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
+
 # Generous: the exporter idles at about 40 MiB; what is asserted is "bounded", not a figure.
 MEMORY_CEILING_KIB = 160 * 1024
 HEAD = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"

@@ -22,16 +22,15 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter.cli import build_parser, config_from_args, main
-from vllm_glassbox.exporter.derive import WINDOWED
+from vllm_glassbox.exporter.errors import ERROR_REASONS
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
-from vllm_glassbox.exporter.textformat import ERROR_REASONS
 from vllm_glassbox.exporter.weights import GPU_MEMORY_BANDWIDTH, weights_from_config
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, write_safetensors
 
-from tests.fixtures import log as fixture_log
 from tests.fixtures import page as fixture_page
-from tests.misbehaving import FakeVllm, Misbehaving, body
+from tests.misbehaving import FakeVllm, Misbehaving
 
 GLASSBOX = str(Path(sys.executable).parent / "glassbox")
 GIB = 1024**3
@@ -167,6 +166,7 @@ def test_every_bad_flag_is_listed_at_once(capsys: pytest.CaptureFixture[str]) ->
     assert "--interval" in err and "--window" in err and "--gpu" in err
 
 
+@pytest.mark.slow
 def test_console_command_refuses_a_bad_flag_before_it_polls(target: Misbehaving) -> None:
     done = subprocess.run(
         [GLASSBOX, "exporter", "--target", target.url, "--interval", "soon"],
@@ -274,6 +274,7 @@ def target() -> Iterator[Misbehaving]:
         yield t
 
 
+@pytest.mark.slow
 def test_console_command_serves_derived_series_and_stops_cleanly_on_sigterm(
     target: Misbehaving,
 ) -> None:
@@ -293,6 +294,7 @@ def test_console_command_serves_derived_series_and_stops_cleanly_on_sigterm(
     assert "Traceback" not in "".join(exporter.lines)
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_poll_that_hangs_at_once_not_at_its_deadline(
     target: Misbehaving,
 ) -> None:
@@ -361,6 +363,7 @@ def test_poller_polls_every_interval_and_skips_the_ticks_a_slow_poll_missed() ->
     assert poller.history.restarts == 0
 
 
+@pytest.mark.slow
 def test_console_command_stops_cleanly_on_sigint(target: Misbehaving) -> None:
     with running(["--target", target.url, "--interval", "1s"]) as exporter:
         exporter.wait_value("glassbox_kv_cache_capacity_tokens")
@@ -368,6 +371,7 @@ def test_console_command_stops_cleanly_on_sigint(target: Misbehaving) -> None:
     assert "Traceback" not in "".join(exporter.lines)
 
 
+@pytest.mark.slow
 def test_console_command_starts_and_serves_while_vllm_is_down() -> None:
     with Misbehaving() as down:
         down.refuse()
@@ -381,6 +385,7 @@ def test_console_command_starts_and_serves_while_vllm_is_down() -> None:
             assert exporter.stop() == 0
 
 
+@pytest.mark.slow
 def test_listen_address_in_use_exits_1_naming_it(target: Misbehaving) -> None:
     port = target.port  # already taken by the fake vLLM
     done = subprocess.run(
@@ -431,6 +436,7 @@ def _tensor_bytes(path: Path) -> int:
     return path.stat().st_size - 8 - header_length
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flag", "log", "safetensors", "source"),
     [
@@ -471,6 +477,7 @@ def test_weights_source_precedence_is_flag_log_safetensors_config(
         assert exporter.stop() == 0
 
 
+@pytest.mark.slow
 def test_kv_tokens_from_the_vllm_log_are_published(target: Misbehaving, tmp_path: Path) -> None:
     log = tmp_path / "vllm.log"
     log.write_text("")  # vLLM not started yet: the exporter follows the file as it grows
@@ -492,7 +499,7 @@ TABLE_END = "\n<!-- windowed-series: end -->"
 
 def _windowed_table() -> str:
     rows = ["| series | what it is: formula |", "| --- | --- |"]
-    rows += [f"| `{series.name}` | {series.help} |" for series in WINDOWED]
+    rows += [f"| `{family.name}` | {family.help} |" for family in series.WINDOWED]
     return "\n".join(rows)
 
 
@@ -524,17 +531,8 @@ def test_docs_name_every_error_reason() -> None:
     assert [r for r in ERROR_REASONS if f"| `{r}` |" not in text] == []
 
 
-def test_docs_name_every_series_the_exporter_publishes(tmp_path: Path) -> None:
-    """Everything on: speculation, weights from a log, peak bandwidth, KV memory."""
-    log = tmp_path / "vllm.log"
-    log.write_text(fixture_log("v0.11.0-tp2.log"))
-    with Misbehaving() as target:
-        poller = Poller(ExporterConfig(target=target.url, vllm_log=str(log), peak_bandwidth=864e9))
-        for name in ("cpu-0.32/spec-idle.txt", "cpu-0.32/spec-after-1x256.txt"):
-            target.behave(body(fixture_page(name)))
-            assert poller.poll_once()
-        poller.fetcher.close()
-    published = {s.name for family in poller.published for s in family.samples}
-    assert len(published) >= 30
+def test_docs_name_every_series_of_the_catalogue_and_no_other() -> None:
     text = DOC.read_text()
-    assert sorted(n for n in published if f"`{n}" not in text) == []
+    assert [f.name for f in series.ALL if f"`{f.name}" not in text] == []
+    named = set(re.findall(r"\bglassbox_[a-z0-9_]*[a-z0-9]\b", text))
+    assert sorted(named - set(series.BY_NAME)) == []

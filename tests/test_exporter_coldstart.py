@@ -19,6 +19,8 @@ from tests.fixtures import log as fixture_log
 from tests.fixtures import page as fixture_page
 from tests.misbehaving import Misbehaving, body, status
 
+pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
+
 TINY = {"model_name": "tiny", "engine": "0"}
 
 

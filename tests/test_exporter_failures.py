@@ -34,9 +34,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox import __version__
-from vllm_glassbox.exporter.derive import WINDOWED
+from vllm_glassbox.exporter.errors import ERROR_REASONS
+from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
-from vllm_glassbox.exporter.textformat import ERROR_REASONS
 
 from tests.misbehaving import (
     Behaviour,
@@ -59,6 +59,8 @@ from tests.misbehaving import (
     status,
     truncated,
 )
+
+pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
 
 INTERVAL = 0.2
 WINDOW = 2.0

@@ -35,6 +35,8 @@ from vllm_glassbox.lab.kubernetes import (
 from tests.jobs import with_sigint_ignored
 from tests.k8s_double import BYTES_PER_TOKEN, FakeCluster, Fault, Recorded, wait_until
 
+pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
+
 REPO = Path(__file__).resolve().parent.parent
 ORIGINAL = [
     "/models/tiny", "--served-model-name", "tiny", "--max-model-len", "2048",

@@ -35,6 +35,8 @@ from typing import Any
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
+
 FIXTURE_PAGES = Path(__file__).resolve().parent / "fixtures" / "metrics" / "cpu-0.32"
 SERVER_COMMAND = f"{sys.executable} {Path(__file__).resolve()}"
 

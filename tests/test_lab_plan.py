@@ -21,6 +21,7 @@ from vllm_glassbox.lab.plan import (
     load_plan,
     packaged_plan,
     parse_plan,
+    resolve_plan,
 )
 
 LOCAL = {"local": {"args": ["--model", "m", "--max-model-len", "2048"]}}
@@ -485,3 +486,16 @@ def test_running_a_local_plan_needs_neither_grafanalib_nor_kubernetes() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_plan_is_a_file_else_a_shipped_plan_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped = packaged_plan("cpu-demo")
+    assert shipped is not None and resolve_plan("cpu-demo") == load_plan(shipped)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cpu-demo").write_text("phases: [\n")  # a file of that name wins
+    with pytest.raises(PlanError, match="not valid YAML"):
+        resolve_plan("cpu-demo")
+    with pytest.raises(PlanError, match=r"no such file or shipped plan: nowhere\.yaml"):
+        resolve_plan("nowhere.yaml")

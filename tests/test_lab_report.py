@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 from vllm_glassbox.exporter.derive import Increase
-from vllm_glassbox.exporter.model import Weights
 from vllm_glassbox.exporter.snapshot import read_snapshot
+from vllm_glassbox.exporter.weights import Weights
 from vllm_glassbox.lab.analysis import (
     request_stats,
     startup_facts,

@@ -30,6 +30,8 @@ from vllm_glassbox.lab.kubernetes import (
 
 from tests.k8s_double import FakeCluster, wait_until
 
+pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
+
 REPO = Path(__file__).resolve().parent.parent
 ORIGINAL = [
     "/models/tiny", "--served-model-name", "tiny", "--max-model-len", "2048",

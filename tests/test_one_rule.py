@@ -1,7 +1,8 @@
 """One rule per number: the lab and the exporter compute every shared number alike.
 
-The lab measures with the derivation core and the model resolution (`exporter/derive.py`,
-`exporter/model.py`) and never loads the exporter's service or collector; given the same
+The lab measures with the derivation core and the weights and layout resolution
+(`exporter/derive.py`, `exporter/weights.py`, `exporter/layout.py`) and never loads the
+exporter's service or its page (`exporter/exposition.py`); given the same
 vLLM log, page and checkpoint, the lab's startup facts and the exporter's series agree.
 """
 
@@ -27,7 +28,7 @@ from tests.fixtures import LOGS, log, page
 from tests.test_collector_golden import PageSequence
 
 
-def test_the_lab_never_loads_the_exporters_service_or_collector() -> None:
+def test_the_lab_never_loads_the_exporters_service_or_page() -> None:
     code = (
         "import sys\n"
         "import vllm_glassbox.lab.analysis, vllm_glassbox.lab.measure, vllm_glassbox.lab.runner\n"
@@ -37,8 +38,8 @@ def test_the_lab_never_loads_the_exporters_service_or_collector() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     loaded = done.stdout.strip()
-    assert "exporter.model" in loaded and "exporter.derive" in loaded
-    assert "exporter.service" not in loaded and "exporter.collector" not in loaded
+    assert "exporter.weights" in loaded and "exporter.derive" in loaded
+    assert "exporter.service" not in loaded and "exporter.exposition" not in loaded
 
 
 @pytest.fixture(scope="module")

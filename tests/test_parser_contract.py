@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from vllm_glassbox.exporter.derive import kv_cache_blocks, kv_cache_capacity_tokens
+from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot
-from vllm_glassbox.exporter.textformat import PageError
 
 from tests.parser_contract import MAX_MESSAGE, check_log, check_page
 
@@ -44,7 +44,7 @@ def test_a_page_the_fuzzer_kept_keeps_its_outcome(path: Path) -> None:
     outcome = path.name.split("-", 1)[1].rsplit("-", 1)[0]
     result = check_page(path.read_bytes())
     got = "not-utf8" if result is None else "read" if isinstance(result, Snapshot) else None
-    if isinstance(result, PageError):
+    if isinstance(result, ScrapeError):
         got = result.reason
     assert got == outcome
 
@@ -61,7 +61,7 @@ def test_a_duplicate_series_is_named_in_a_bounded_message() -> None:
     # Found by the page fuzzer: the message printed the whole label set, so a page with
     # long labels put kilobytes into one log line at every failing poll.
     refused = check_page((KEPT / "page" / "duplicate-series-with-many-labels.txt").read_bytes())
-    assert isinstance(refused, PageError) and refused.reason == "duplicate_series"
+    assert isinstance(refused, ScrapeError) and refused.reason == "duplicate_series"
     assert "vllm:num_requests_running{" in str(refused)
     assert len(str(refused)) <= MAX_MESSAGE
 

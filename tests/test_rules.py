@@ -206,6 +206,20 @@ def test_alert_has_severity_static_summary_templated_description_and_runbook_url
     assert annotations["runbook_url"] == f"{RUNBOOK_BASE}#{github_anchor(alert)}"
 
 
+def test_every_runbook_url_follows_the_one_pattern_the_runbook_states() -> None:
+    """The rules, the promtool tests' expectations and the runbook's own words agree."""
+    assert f"`{RUNBOOK_BASE}#<alert name in lower case>`" in RUNBOOK.read_text()
+    expected = 0
+    for path, group in unit_test_groups():
+        for case in group.get("alert_rule_test", []):
+            for alert in case.get("exp_alerts") or []:
+                url = alert.get("exp_annotations", {}).get("runbook_url")
+                where = f"{path.name}: {case['alertname']}"
+                assert url == f"{RUNBOOK_BASE}#{github_anchor(case['alertname'])}", where
+                expected += 1
+    assert expected >= len(ALERT_RULES)
+
+
 @pytest.mark.parametrize("alert", sorted(ALERT_RULES))
 def test_runbook_url_points_to_a_section_that_explains_threshold_and_duration(
     alert: str,

@@ -7,8 +7,8 @@ import re
 import pytest
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import kv_cache_blocks, kv_cache_capacity_tokens
+from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
-from vllm_glassbox.exporter.textformat import PageError
 
 from tests.fixtures import grow_engines, page
 
@@ -178,13 +178,13 @@ def test_a_page_without_vllm_series_is_refused_as_no_vllm_metrics() -> None:
         if "vllm:" not in line
     )
     assert "process_start_time_seconds" in text
-    with pytest.raises(PageError) as info:
+    with pytest.raises(ScrapeError) as info:
         read_snapshot(text)
     assert info.value.reason == "no_vllm_metrics"
     assert "--disable-log-stats" in str(info.value)
 
 
 def test_a_malformed_page_is_refused_before_any_reading() -> None:
-    with pytest.raises(PageError) as info:
+    with pytest.raises(ScrapeError) as info:
         read_snapshot(page("cpu-0.32/plain-idle.txt")[:-1])
     assert info.value.reason == "parse"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.model import resolve_layout, resolve_weights
+from vllm_glassbox.exporter.layout import resolve_layout
 from vllm_glassbox.exporter.startup_log import (
     GIB,
     ColdStart,
@@ -17,6 +17,7 @@ from vllm_glassbox.exporter.startup_log import (
     read_cold_starts,
     read_facts,
 )
+from vllm_glassbox.exporter.weights import resolve_weights
 
 from tests.fixtures import log
 

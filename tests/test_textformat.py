@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.snapshot import WANTED_SAMPLES
-from vllm_glassbox.exporter.textformat import DEFAULT_LIMITS, Limits, PageError, parse_samples
+from vllm_glassbox.exporter.textformat import DEFAULT_LIMITS, Limits, parse_samples
 
 from tests.fixtures import METRICS, grow_engines, page
 
@@ -75,7 +76,7 @@ def test_empty_page_has_no_samples() -> None:
 
 
 def _reason(text: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, str]:
-    with pytest.raises(PageError) as info:
+    with pytest.raises(ScrapeError) as info:
         parse_samples(text, WANTED_SAMPLES, limits)
     return info.value.reason, str(info.value)
 
@@ -165,12 +166,12 @@ def test_malformed_sample_lines_are_parse_errors(line: str) -> None:
 
 def test_a_page_error_reason_must_be_a_known_one() -> None:
     with pytest.raises(AssertionError):
-        PageError("made_up", "x")
+        ScrapeError("made_up", "x")
 
 
 @pytest.mark.parametrize("value", ["1_000", "1_0.5", "0x10", "1,5"])
 def test_a_value_prometheus_would_refuse_is_a_parse_error(value: str) -> None:
     # Python's float() takes "1_000" (it was read as 1000.0); Prometheus' parser does not.
-    with pytest.raises(PageError) as info:
+    with pytest.raises(ScrapeError) as info:
         parse_samples(f"{GEN} {value}\n", [GEN])
     assert info.value.reason == "parse"

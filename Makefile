@@ -1,0 +1,32 @@
+# The development loop; docs/code-map.md explains it. A newcomer needs only the README's
+# two commands (scripts/demo.sh, scripts/test.sh), which set everything up first.
+# These targets expect that set-up done (.venv, promtool, prometheus: scripts/setup.sh).
+
+PY := .venv/bin/python
+PYTEST := $(PY) -m pytest -p no:cacheprovider
+
+.PHONY: help generate lint test test-e2e
+
+help:
+	@echo "make generate   rewrite every generated file from its source"
+	@echo "make lint       ruff check, ruff format --check, mypy (strict)"
+	@echo "make test       unit tests: no vLLM, no docker, no Prometheus, nothing slow (< 1 min)"
+	@echo "make test-e2e   every test, end-to-end ones on real vLLM and Prometheus included"
+
+# Dashboards from their Python sources, then the chart's copies of them and of the rules,
+# then docs/exporter.md's table of windowed series (from exporter/series.py).
+generate:
+	.venv/bin/glassbox dashboards generate
+	$(PY) scripts/sync-chart-files.py
+	$(PYTEST) -q tests/test_exporter_cli.py -k docs_table --update-golden
+
+lint:
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	scripts/check-types.sh
+
+test:
+	$(PYTEST) -q -m "not vllm and not docker and not prometheus and not slow"
+
+test-e2e:
+	$(PYTEST)

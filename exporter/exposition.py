@@ -1,0 +1,242 @@
+"""The exporter's page: the metric families of one poll, built by pure functions.
+
+What each family is (name, type, HELP, labels) is declared in `series.py`; this module
+fills them with the values of one poll's state. Sample output (abridged):
+
+    glassbox_target_up 1.0
+    glassbox_time_per_output_token_seconds{engine="0",model_name="tiny"} 0.0123
+    glassbox_tokens_per_forward_pass{engine="0",model_name="tiny"} 4.8
+    glassbox_spec_decode_position_acceptance_ratio{engine="0",model_name="tiny",position="0"} 0.97
+    glassbox_kv_cache_capacity_tokens{engine="0",model_name="tiny"} 4096.0
+    glassbox_model_weights_info{source="safetensors"} 1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from vllm_glassbox.exporter import series
+from vllm_glassbox.exporter.derive import (
+    Context,
+    FirstRequests,
+    Increase,
+    decode_floor_seconds,
+    first_request_prefill_seconds,
+    kv_cache_blocks,
+    kv_cache_capacity_tokens,
+    kv_cache_exhaustion_seconds,
+    kv_cache_free_tokens,
+    kv_cache_headroom_requests,
+    kv_cache_used_tokens,
+    model_load_bytes_per_second,
+    spec_position_acceptance,
+    startup_stages,
+    warm_request_prefill_seconds,
+)
+from vllm_glassbox.exporter.errors import ERROR_REASONS
+from vllm_glassbox.exporter.kv_trend import Growth
+from vllm_glassbox.exporter.layout import ParallelLayout
+from vllm_glassbox.exporter.snapshot import KV_USAGE, RUNNING, EngineKey, Snapshot
+from vllm_glassbox.exporter.startup_log import ColdStart
+from vllm_glassbox.exporter.weights import Weights
+
+
+@dataclass(frozen=True)
+class PollState:
+    """Everything one publication is built from."""
+
+    up: bool | None  # None until the first poll has ended: not known yet, not down
+    window_seconds: float
+    scrape_duration_seconds: float
+    errors: Mapping[str, int]
+    restarts: int
+    last_success_unix: float | None
+    snapshot: Snapshot | None  # None while the target is down
+    increases: Mapping[EngineKey, Increase]
+    weights: Weights | None
+    peak_bandwidth: float | None
+    kv_cache_memory_bytes: float | None
+    vllm_version: str | None
+    build_version: str
+    kv_cache_logged_tokens: int | None = None  # "KV cache size: N tokens" in vLLM's log
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
+    cold_start: ColdStart | None = None  # the latest start in vLLM's log
+    first_requests: Mapping[EngineKey, FirstRequests] = field(default_factory=dict)
+    polled_at: float | None = None  # monotonic time of the latest poll (windows end there)
+    used_tokens_growth: Mapping[EngineKey, Growth] = field(default_factory=dict)
+
+
+def _engine_labels(key: EngineKey) -> list[str]:
+    return [key.model_name, key.engine]
+
+
+def _add(
+    family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float | None
+) -> None:
+    """A series whose value is unknown is absent: never 0, never NaN."""
+    if value is not None:
+        family.add_metric(labels, value)
+
+
+def derived_families(state: PollState) -> list[Metric]:
+    """The series computed from vLLM's counters; empty while the target is down."""
+    if not state.up or state.snapshot is None:
+        return []
+    context = Context(
+        weights_bytes=state.weights.read_per_step if state.weights else None,
+        peak_bandwidth=state.peak_bandwidth,
+        tensor_parallel=state.layout.tensor,
+    )
+    window = state.window_seconds
+    families: list[Metric] = []
+    for windowed in series.WINDOWED:
+        family = windowed.new(window)
+        for key, increase in sorted(state.increases.items()):
+            _add(family, _engine_labels(key), windowed.compute(increase, context))
+        families.append(family)
+
+    covered = series.WINDOW_COVERED.new()
+    for key, increase in sorted(state.increases.items()):
+        covered.add_metric(_engine_labels(key), increase.seconds)
+    families.append(covered)
+
+    by_position = series.POSITION_ACCEPTANCE.new(window)
+    for key, increase in sorted(state.increases.items()):
+        for position, value in spec_position_acceptance(increase).items():
+            by_position.add_metric([*_engine_labels(key), position], value)
+    families.append(by_position)
+
+    pool = (series.KV_BLOCKS, series.KV_BLOCK_SIZE, series.KV_CAPACITY, series.KV_USED)
+    blocks, block_size, capacity, used = (family.new() for family in pool)
+    for key, sample in state.snapshot.engines.items():
+        cache = state.snapshot.cache_for(key)
+        if cache is None:
+            continue
+        labels = _engine_labels(key)
+        tokens = kv_cache_capacity_tokens(cache, state.kv_cache_logged_tokens)
+        _add(blocks, labels, kv_cache_blocks(cache))
+        _add(block_size, labels, cache.block_size)
+        _add(capacity, labels, tokens)
+        _add(used, labels, kv_cache_used_tokens(sample.gauges.get(KV_USAGE), tokens))
+    return [*families, blocks, block_size, capacity, used]
+
+
+def static_families(state: PollState) -> list[Metric]:
+    """Facts about the model and the hardware; they do not depend on the poll."""
+    layout = state.layout
+    families: list[Metric] = [
+        series.PARALLEL_INFO.single(1, str(layout.tensor), str(layout.pipeline), str(layout.data))
+    ]
+    if state.weights is not None:
+        families.append(series.WEIGHTS_BYTES.single(state.weights.bytes))
+        families.append(series.WEIGHTS_INFO.single(1, state.weights.source))
+    if state.weights is not None and state.weights.active_bytes is not None:
+        families.append(series.ACTIVE_WEIGHTS_BYTES.single(state.weights.active_bytes))
+    if state.peak_bandwidth is not None:
+        families.append(series.PEAK_BANDWIDTH.single(state.peak_bandwidth))
+    floor = decode_floor_seconds(
+        state.weights.read_per_step if state.weights else None,
+        state.peak_bandwidth,
+        layout.tensor,
+    )
+    if floor is not None:
+        families.append(series.DECODE_FLOOR.single(floor))
+    if state.kv_cache_logged_tokens is not None:
+        families.append(series.KV_LOGGED_CAPACITY.single(state.kv_cache_logged_tokens))
+    if state.kv_cache_memory_bytes is not None:
+        families.append(series.KV_MEMORY.single(state.kv_cache_memory_bytes))
+    return families
+
+
+def startup_families(state: PollState) -> list[Metric]:
+    """How long the latest start of vLLM took, by stage (from its log; kept while vLLM is
+    down, since they describe a start that happened)."""
+    cold = state.cold_start
+    if cold is None:
+        return []
+    values = [cold.model_name or "", cold.start_label]
+    stages = startup_stages(cold)
+    by_stage = series.STARTUP_STAGE.new()
+    for stage, seconds in stages.by_stage().items():
+        by_stage.add_metric([*values, stage], seconds)
+    total = series.STARTUP.new()
+    _add(total, values, stages.total)
+    load_rate = series.MODEL_LOAD_RATE.new()
+    weights = state.weights.bytes if state.weights else None
+    _add(load_rate, values, model_load_bytes_per_second(weights, stages.weights_load))
+    return [by_stage, total, load_rate]
+
+
+def kv_headroom_families(state: PollState) -> list[Metric]:
+    """Room left in each engine's KV pool, for autoscaling; empty while the target is down."""
+    if not state.up or state.snapshot is None:
+        return []
+    free = series.KV_FREE.new()
+    headroom = series.KV_HEADROOM.new()
+    exhaustion = series.KV_EXHAUSTION.new()
+    for key, sample in sorted(state.snapshot.engines.items()):
+        cache = state.snapshot.cache_for(key)
+        capacity = kv_cache_capacity_tokens(cache, state.kv_cache_logged_tokens)
+        used = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
+        labels = _engine_labels(key)
+        left = kv_cache_free_tokens(used, capacity)
+        _add(free, labels, left)
+        fit = kv_cache_headroom_requests(used, capacity, sample.gauges.get(RUNNING))
+        _add(headroom, labels, fit)
+        growth = state.used_tokens_growth.get(key)
+        if growth is not None:
+            seconds = kv_cache_exhaustion_seconds(left, growth.tokens, growth.seconds)
+            _add(exhaustion, labels, seconds)
+    return [free, headroom, exhaustion]
+
+
+def first_request_families(state: PollState) -> list[Metric]:
+    """The first request's prefill after each start, beside the warm mean."""
+    if not state.up or state.snapshot is None:
+        return []
+    first = series.FIRST_PREFILL.new()
+    for key, requests in sorted(state.first_requests.items()):
+        _add(first, _engine_labels(key), first_request_prefill_seconds(requests))
+    warm = series.WARM_PREFILL.new(state.window_seconds)
+    if state.polled_at is not None:
+        for key, increase in sorted(state.increases.items()):
+            value = warm_request_prefill_seconds(
+                increase, state.first_requests.get(key), state.polled_at - increase.seconds
+            )
+            _add(warm, _engine_labels(key), value)
+    return [first, warm]
+
+
+def self_families(state: PollState) -> list[Metric]:
+    """The exporter observing itself and its target; present whatever vLLM does."""
+    families: list[Metric] = []
+    if state.up is not None:
+        families.append(series.TARGET_UP.single(1.0 if state.up else 0.0))
+    families += [
+        series.SCRAPE_DURATION.single(state.scrape_duration_seconds),
+        series.WINDOW.single(state.window_seconds),
+    ]
+    errors = series.SCRAPE_ERRORS.new()
+    for reason in ERROR_REASONS:
+        errors.add_metric([reason], state.errors.get(reason, 0))
+    families.append(errors)
+    families.append(series.TARGET_RESTARTS.single(state.restarts))
+    if state.last_success_unix is not None:
+        families.append(series.LAST_SUCCESS.single(state.last_success_unix))
+    families.append(series.BUILD_INFO.single(1, state.build_version))
+    if state.up and state.vllm_version is not None:  # no stale facts while vLLM is down
+        families.append(series.VLLM_INFO.single(1, state.vllm_version))
+    return families
+
+
+def build_families(state: PollState) -> list[Metric]:
+    return (
+        self_families(state)
+        + static_families(state)
+        + derived_families(state)
+        + startup_families(state)
+        + kv_headroom_families(state)
+        + first_request_families(state)
+    )

@@ -1,0 +1,352 @@
+"""Every family the exporter publishes, declared once: name, type, HELP and labels.
+
+Like node_exporter's descriptors, these say what a family is; `exposition.py` fills them
+with values from one poll. The dashboards quote their HELP (`dashboards/exporter_help.py`)
+and docs/exporter.md's table of windowed series is generated from them
+(`tests/test_exporter_cli.py` checks it), so a formula is written in one place.
+
+A windowed family's HELP ends with the window's length (" Window: 60s."), which the
+`--window` flag sets; `Family.help` is the text without it. The windowed ratios also carry
+the derivation core's function that computes them over the window (`WindowedSeries`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter.derive import Context, Increase
+
+ENGINE = ("model_name", "engine")  # vLLM's labels of one engine (data-parallel rank)
+START = ("model_name", "start")  # one start of vLLM, from its log
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # as exposed: a counter's ends in _total
+    kind: Literal["gauge", "counter"]
+    help: str
+    labels: tuple[str, ...] = ()
+    windowed: bool = False  # a value over the window: HELP says how long it is
+
+    def help_text(self, window_seconds: float) -> str:
+        """The HELP line as exposed."""
+        return f"{self.help} Window: {window_seconds:g}s." if self.windowed else self.help
+
+    def new(self, window_seconds: float = 0.0) -> GaugeMetricFamily | CounterMetricFamily:
+        """An empty family of this kind, to add samples to."""
+        kind = GaugeMetricFamily if self.kind == "gauge" else CounterMetricFamily
+        return kind(self.name, self.help_text(window_seconds), labels=self.labels)
+
+    def single(self, value: float, *label_values: str) -> GaugeMetricFamily | CounterMetricFamily:
+        """The family holding one series: `value`, with these label values."""
+        family = self.new()
+        family.add_metric(list(label_values), value)
+        return family
+
+
+def gauge(name: str, help: str, labels: tuple[str, ...] = ()) -> Family:
+    return Family(name, "gauge", help, labels)
+
+
+def counter(name: str, help: str, labels: tuple[str, ...] = ()) -> Family:
+    return Family(name, "counter", help, labels)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowedSeries(Family):
+    """A per-engine ratio of counter increases over the window."""
+
+    compute: Callable[[Increase, Context], float | None]
+
+
+def _windowed(
+    name: str, help: str, compute: Callable[[Increase, Context], float | None]
+) -> WindowedSeries:
+    return WindowedSeries(name, "gauge", help, ENGINE, windowed=True, compute=compute)
+
+
+#: How the weight-based series read a mixture-of-experts model (in their HELP).
+MOE_NOTE = (
+    " (weights: of a mixture-of-experts model, its active weights; a batch reads more experts)"
+)
+
+# --- the exporter itself ----------------------------------------------------------------
+
+TARGET_UP = gauge("glassbox_target_up", "1 if the last poll of vLLM succeeded, else 0.")
+SCRAPE_DURATION = gauge(
+    "glassbox_scrape_duration_seconds",
+    "Wall time of the last poll of vLLM (fetch, parse, derive).",
+)
+WINDOW = gauge("glassbox_window_seconds", "Window of every windowed series.")
+SCRAPE_ERRORS = counter(
+    "glassbox_scrape_errors_total",
+    "Failed polls of vLLM, by reason; reason slow counts polls answered after the "
+    "interval, which are read and are not failures.",
+    ("reason",),
+)
+TARGET_RESTARTS = counter(
+    "glassbox_target_restarts_total",
+    "Restarts of vLLM seen: process_start_time_seconds changed, or a _total or "
+    "_count counter of an engine went down.",
+)
+LAST_SUCCESS = gauge(
+    "glassbox_last_scrape_success_timestamp_seconds", "Unix time of the last successful poll."
+)
+BUILD_INFO = gauge("glassbox_build_info", "The exporter's version.", ("version",))
+VLLM_INFO = gauge("glassbox_vllm_info", "vLLM's version (from /version).", ("version",))
+WEB_CONFIG_RELOAD = gauge(
+    "glassbox_web_config_last_reload_successful",
+    "Whether the last change of --web-config-file (or a file it names) loaded; "
+    "0: the previous configuration is still in force.",
+)
+
+# --- the model and the hardware ---------------------------------------------------------
+
+PARALLEL_INFO = gauge(
+    "glassbox_parallel_info",
+    "The parallel layout the weight and bandwidth series assume (vLLM's engine-config "
+    "log line, else --tensor-parallel-size / --pipeline-parallel-size, else 1).",
+    ("tensor_parallel", "pipeline_parallel", "data_parallel"),
+)
+WEIGHTS_BYTES = gauge(
+    "glassbox_model_weights_bytes",
+    "Bytes of the whole model's weights as vLLM holds them: a tensor- or "
+    "pipeline-parallel model once, a data-parallel copy not twice "
+    "(see glassbox_model_weights_info).",
+)
+WEIGHTS_INFO = gauge(
+    "glassbox_model_weights_info",
+    "Where the weight bytes come from: flag, log, safetensors or config.",
+    ("source",),
+)
+ACTIVE_WEIGHTS_BYTES = gauge(
+    "glassbox_model_active_weights_bytes",
+    "Mixture-of-experts model: the weight bytes one token's forward pass reads "
+    "(shared weights plus its top-k experts, in the checkpoint's proportions).",
+)
+PEAK_BANDWIDTH = gauge(
+    "glassbox_gpu_memory_bandwidth_bytes_per_second",
+    "Peak memory bandwidth of one GPU (datasheet or flag).",
+)
+DECODE_FLOOR = gauge(
+    "glassbox_decode_floor_seconds",
+    "Lower bound of one decode step: weights / (tensor-parallel size × peak "
+    "memory bandwidth of one GPU)" + MOE_NOTE + ".",
+)
+KV_LOGGED_CAPACITY = gauge(
+    "glassbox_kv_cache_logged_capacity_tokens",
+    "KV pool in tokens as vLLM's startup log states it (KV cache size: N tokens).",
+)
+KV_MEMORY = gauge(
+    "glassbox_kv_cache_memory_bytes",
+    "Memory vLLM gave the KV cache at startup (its log: Available KV cache memory).",
+)
+
+# --- ratios over the window, per engine -------------------------------------------------
+
+WINDOWED: tuple[WindowedSeries, ...] = (
+    _windowed(
+        "glassbox_time_per_output_token_seconds",
+        "Seconds per decode token, correct under speculative decoding: "
+        "Δ ITL sum / (Δ generation tokens − Δ TTFT count).",
+        lambda d, c: derive.time_per_output_token(d),
+    ),
+    _windowed(
+        "glassbox_inter_token_latency_seconds",
+        "Mean seconds of one decode step of one sequence: Δ ITL sum / Δ ITL count.",
+        lambda d, c: derive.inter_token_latency(d),
+    ),
+    _windowed(
+        "glassbox_tokens_per_forward_pass",
+        "Decode tokens per decode step of one sequence (1.0 without speculation): "
+        "(Δ generation tokens − Δ TTFT count) / Δ ITL count.",
+        lambda d, c: derive.tokens_per_forward_pass(d),
+    ),
+    _windowed(
+        "glassbox_engine_steps_per_second",
+        "Engine steps per second: Δ iteration_tokens_total_count / window seconds.",
+        lambda d, c: derive.engine_steps_per_second(d),
+    ),
+    _windowed(
+        "glassbox_tokens_per_engine_step",
+        "Generated tokens per engine step across the batch: Δ generation tokens / Δ engine steps.",
+        lambda d, c: derive.tokens_per_engine_step(d),
+    ),
+    _windowed(
+        "glassbox_time_to_first_token_seconds",
+        "Mean time to first token: Δ TTFT sum / Δ TTFT count.",
+        lambda d, c: derive.time_to_first_token(d),
+    ),
+    _windowed(
+        "glassbox_spec_decode_acceptance_ratio",
+        "Share of draft tokens accepted: Δ accepted tokens / Δ draft tokens.",
+        lambda d, c: derive.spec_acceptance_ratio(d),
+    ),
+    _windowed(
+        "glassbox_spec_decode_mean_acceptance_length",
+        "Tokens emitted per verified draft: 1 + Δ accepted tokens / Δ drafts.",
+        lambda d, c: derive.spec_mean_acceptance_length(d),
+    ),
+    _windowed(
+        "glassbox_spec_decode_draft_coverage_ratio",
+        "Share of decode steps that speculated at all: Δ drafts / Δ ITL count "
+        "(requests that bypass speculation pull it toward 0).",
+        lambda d, c: derive.spec_draft_coverage(d),
+    ),
+    _windowed(
+        "glassbox_weight_bytes_per_output_token",
+        "Weight bytes read per generated token, all GPUs together: "
+        "weights × Δ engine steps / Δ generation tokens" + MOE_NOTE + ".",
+        lambda d, c: derive.weight_bytes_per_output_token(d, c.weights_bytes),
+    ),
+    _windowed(
+        "glassbox_weight_read_bandwidth_bytes_per_second",
+        "Achieved weight-read bandwidth of one GPU, from the mean decode step: "
+        "weights / (tensor-parallel size × Δ ITL sum / Δ ITL count)" + MOE_NOTE + ".",
+        lambda d, c: derive.weight_read_bandwidth_per_gpu(d, c.weights_bytes, c.tensor_parallel),
+    ),
+    _windowed(
+        "glassbox_memory_bandwidth_utilization_ratio",
+        "Achieved weight-read bandwidth of one GPU / peak memory bandwidth of one GPU.",
+        lambda d, c: derive.memory_bandwidth_utilization(
+            d, c.weights_bytes, c.peak_bandwidth, c.tensor_parallel
+        ),
+    ),
+    _windowed(
+        "glassbox_preemptions_per_second",
+        "Preemptions per second: Δ num_preemptions_total / window seconds.",
+        lambda d, c: derive.preemptions_per_second(d),
+    ),
+)
+WINDOW_COVERED = gauge(
+    "glassbox_window_covered_seconds",
+    "Seconds of polls the windowed series of this engine span: the window, less up to "
+    "one poll interval; shorter right after the exporter or the engine started.",
+    ENGINE,
+)
+POSITION_ACCEPTANCE = Family(
+    "glassbox_spec_decode_position_acceptance_ratio",
+    "gauge",
+    "Acceptance at each draft position: Δ accepted_per_pos / Δ drafts.",
+    (*ENGINE, "position"),
+    windowed=True,
+)
+
+# --- the KV pool, per engine ------------------------------------------------------------
+
+KV_BLOCKS = gauge(
+    "glassbox_kv_cache_blocks",
+    "KV cache blocks of this engine (vllm:cache_config_info num_gpu_blocks / engines).",
+    ENGINE,
+)
+KV_BLOCK_SIZE = gauge("glassbox_kv_cache_block_size_tokens", "Tokens per KV cache block.", ENGINE)
+KV_CAPACITY = gauge(
+    "glassbox_kv_cache_capacity_tokens",
+    "Tokens the KV pool of this engine holds (kv_cache_size_tokens, "
+    "else blocks × block_size, else vLLM's startup log).",
+    ENGINE,
+)
+KV_USED = gauge(
+    "glassbox_kv_cache_used_tokens",
+    "Tokens held by running requests: kv_cache_usage_perc × capacity.",
+    ENGINE,
+)
+KV_FREE = gauge(
+    "glassbox_kv_cache_free_tokens",
+    "Tokens of the KV pool no running request holds: capacity − used.",
+    ENGINE,
+)
+KV_HEADROOM = gauge(
+    "glassbox_kv_cache_headroom_requests",
+    "How many more requests of the current mean size fit in the KV pool: "
+    "floor(free tokens / (used tokens / running requests)); absent while none runs.",
+    ENGINE,
+)
+KV_EXHAUSTION = gauge(
+    "glassbox_kv_cache_exhaustion_seconds",
+    "Seconds until the KV pool is full at the window's growth of used tokens: "
+    "free tokens / (Δ used tokens / window seconds); absent unless used tokens grew.",
+    ENGINE,
+)
+
+# --- the latest start of vLLM, from its log ---------------------------------------------
+
+STARTUP_STAGE = gauge(
+    "glassbox_startup_stage_seconds",
+    "Seconds of each stage of the latest start of vLLM, from its log: weights_load, "
+    "compile (torch.compile), cuda_graphs (graph capture), engine_init (vLLM's init "
+    "engine less compile and graph capture: profiling, KV allocation, warm-up), other "
+    "(the rest of process start to ready); absent for stages the version does not log.",
+    (*START, "stage"),
+)
+STARTUP = gauge(
+    "glassbox_startup_seconds",
+    "Seconds from process start to ready of the latest start of vLLM: its log's time "
+    "from the server-version line to the Starting vLLM server line.",
+    START,
+)
+MODEL_LOAD_RATE = gauge(
+    "glassbox_model_load_bytes_per_second",
+    "How fast the latest start loaded the weights: model weight bytes / weights_load "
+    "seconds (tensor-parallel ranks load side by side: their sum).",
+    START,
+)
+
+# --- the first request after a start ----------------------------------------------------
+
+FIRST_PREFILL = gauge(
+    "glassbox_first_request_prefill_seconds",
+    "Mean prefill seconds of the first request(s) to finish after vLLM started (the "
+    "first poll that saw any): first-use compilation lands here.",
+    ENGINE,
+)
+WARM_PREFILL = Family(
+    "glassbox_warm_request_prefill_seconds",
+    "gauge",
+    "Mean prefill seconds of the requests that finished in the window, without the "
+    "first ones after a start: Δ prefill sum / Δ prefill count (vLLM's "
+    "request_prefill_time_seconds).",
+    ENGINE,
+    windowed=True,
+)
+
+#: Every family, in the order the exporter's page shows them.
+ALL: tuple[Family, ...] = (
+    TARGET_UP,
+    SCRAPE_DURATION,
+    WINDOW,
+    SCRAPE_ERRORS,
+    TARGET_RESTARTS,
+    LAST_SUCCESS,
+    BUILD_INFO,
+    VLLM_INFO,
+    PARALLEL_INFO,
+    WEIGHTS_BYTES,
+    WEIGHTS_INFO,
+    ACTIVE_WEIGHTS_BYTES,
+    PEAK_BANDWIDTH,
+    DECODE_FLOOR,
+    KV_LOGGED_CAPACITY,
+    KV_MEMORY,
+    *WINDOWED,
+    WINDOW_COVERED,
+    POSITION_ACCEPTANCE,
+    KV_BLOCKS,
+    KV_BLOCK_SIZE,
+    KV_CAPACITY,
+    KV_USED,
+    STARTUP_STAGE,
+    STARTUP,
+    MODEL_LOAD_RATE,
+    KV_FREE,
+    KV_HEADROOM,
+    KV_EXHAUSTION,
+    FIRST_PREFILL,
+    WARM_PREFILL,
+    WEB_CONFIG_RELOAD,
+)
+BY_NAME: dict[str, Family] = {family.name: family for family in ALL}
