@@ -77,7 +77,10 @@ def _generate(out: Path, check: bool) -> int:
 
 
 def _snapshot(url: str, out: Path, start_text: str, end_text: str) -> int:
-    from .snapshot import Prometheus, PrometheusError, parse_time, take_snapshot
+    from vllm_glassbox.prometheus import Prometheus, PrometheusError
+
+    from .grafana import parse_time
+    from .pictures import draw_pictures
 
     now = time.time()
     try:
@@ -87,7 +90,7 @@ def _snapshot(url: str, out: Path, start_text: str, end_text: str) -> int:
         return 2
     prometheus = Prometheus(url)
     try:
-        result = take_snapshot(prometheus, out, start, end)
+        result = draw_pictures(prometheus, out, start, end)
     except (PrometheusError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

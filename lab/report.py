@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from vllm_glassbox.prometheus import Prometheus
+
 from . import findings
 from .results import (
     ABOVE_LINE,
@@ -95,20 +97,17 @@ def dashboard_images(
     """Dashboard PNGs drawn from Prometheus' data, when the dashboards package can; the
     panels without data, each with its description's reason."""
     try:
-        snapshot = importlib.import_module("vllm_glassbox.dashboards.snapshot")
-        prometheus = snapshot.Prometheus(prometheus_url)
-        try:
-            taken = snapshot.take_snapshot(prometheus, out / "dashboards", start, end)
-        finally:
-            prometheus.close()
+        pictures = importlib.import_module("vllm_glassbox.dashboards.pictures")
+        with Prometheus(prometheus_url) as prometheus:
+            drawn = pictures.draw_pictures(prometheus, out / "dashboards", start, end)
     except Exception as e:  # pictures are a bonus: the report stands without them
         return {}, {}, f"dashboard snapshots not drawn: {type(e).__name__}: {e}"
     # One picture per dashboard in the report; the panels' own PNGs stay beside them.
-    whole = sorted(p for p in taken.files if p.parent == out / "dashboards")
+    whole = sorted(p for p in drawn.files if p.parent == out / "dashboards")
     images = {f"dashboard {p.stem}": str(p.relative_to(out)) for p in whole}
     empty = {
         f"{data.dashboard_uid} / {data.title}": why_empty(str(data.panel.get("description", "")))
-        for data in taken.panels
+        for data in drawn.panels
         if not data.has_data
     }
     return images, empty, None

@@ -51,6 +51,7 @@ from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.lab.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
 REPO = Path(__file__).resolve().parent.parent
 GLASSBOX = str(Path(sys.executable).parent / "glassbox")
@@ -156,26 +157,13 @@ class RealStack:
     def query_range(
         self, expr: str, start: float, end: float, step: float = 1.0
     ) -> list[dict[str, Any]]:
-        r = httpx.get(
-            self.prometheus_url + "/api/v1/query_range",
-            params={"query": expr, "start": start, "end": end, "step": step},
-            timeout=30,
-        )
-        r.raise_for_status()
-        result: list[dict[str, Any]] = r.json()["data"]["result"]
-        return result
+        with Prometheus(self.prometheus_url) as prometheus:
+            return prometheus.query_range(expr, start, end, step)
 
 
 def prometheus_query(url: str, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-    params: dict[str, str | float] = {"query": expr}
-    if at is not None:
-        params["time"] = at
-    r = httpx.get(url + "/api/v1/query", params=params, timeout=30)
-    r.raise_for_status()
-    body = r.json()
-    assert body["status"] == "success", body
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
+    with Prometheus(url) as prometheus:
+        return prometheus.query(expr, at)
 
 
 def complete(url: str, model: str, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
@@ -190,7 +178,7 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_seconds: float 
     """Poll `condition` (errors count as not yet) until it holds; fail naming `what`."""
     deadline = time.monotonic() + timeout_seconds
     while True:
-        with contextlib.suppress(httpx.HTTPError):
+        with contextlib.suppress(httpx.HTTPError, PrometheusError):
             if condition():
                 return
         if time.monotonic() > deadline:

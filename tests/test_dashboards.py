@@ -28,29 +28,31 @@ import yaml
 from vllm_glassbox.dashboards import catalog
 from vllm_glassbox.dashboards.cli import main
 from vllm_glassbox.dashboards.common import LAB_ANNOTATION_TAG
-from vllm_glassbox.dashboards.snapshot import (
+from vllm_glassbox.dashboards.drawing import with_gaps
+from vllm_glassbox.dashboards.formatting import format_value
+from vllm_glassbox.dashboards.grafana import (
+    TimeRange,
+    legend,
+    parse_time,
+    substitute,
+    time_range,
+    variable_names,
+)
+from vllm_glassbox.dashboards.panel_data import (
     PanelData,
-    Prometheus,
     Region,
     Series,
     TargetData,
-    TimeRange,
-    format_value,
-    legend,
-    parse_time,
     query_annotations,
     regions,
     stacked_bar_cells,
-    substitute,
-    take_snapshot,
-    time_range,
-    variable_names,
-    with_gaps,
 )
+from vllm_glassbox.dashboards.pictures import draw_pictures
 from vllm_glassbox.exporter.derive import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 from vllm_glassbox.lab.server_process import free_port
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, PhaseInfo, Segment
+from vllm_glassbox.prometheus import Prometheus
 
 from tests import vllm_metric_names as vllm
 from tests.fixtures import log as fixture_log
@@ -748,7 +750,7 @@ def test_snapshot_draws_every_panel_and_names_the_empty_ones(
 def test_snapshot_values_are_prometheus_values(prometheus: str, tmp_path: Path) -> None:
     client = Prometheus(prometheus)
     try:
-        shot = take_snapshot(client, tmp_path, KNOWN_START, KNOWN_END, BOARDS[:1])
+        shot = draw_pictures(client, tmp_path, KNOWN_START, KNOWN_END, BOARDS[:1])
     finally:
         client.close()
     usage = next(p for p in shot.panels if p.title == "KV cache usage")
@@ -784,7 +786,7 @@ def test_snapshot_reports_queries_prometheus_rejects(prometheus: str, tmp_path: 
     broken["targets"][0]["expr"] = "rate(glassbox_target_up)"
     client = Prometheus(prometheus)
     try:
-        shot = take_snapshot(client, tmp_path, KNOWN_START, KNOWN_END, [board])
+        shot = draw_pictures(client, tmp_path, KNOWN_START, KNOWN_END, [board])
     finally:
         client.close()
     (failed,) = shot.failed

@@ -32,6 +32,7 @@ from vllm_glassbox.exporter.webconfig import (
     load_web_config,
 )
 from vllm_glassbox.lab.server_process import free_port
+from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
 from tests.k8s_double import wait_until
 from tests.misbehaving import FakeVllm, Misbehaving, guarded, healthy
@@ -319,9 +320,8 @@ def _scraped_targets(prometheus: str, jobs: set[str]) -> dict[str, dict[str, Any
 
     def scraped() -> bool:
         # Until its storage is up Prometheus answers 503 "Service Unavailable" (not JSON).
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            answer = httpx.get(prometheus + "/api/v1/targets", timeout=5).json()
-            for target in answer["data"]["activeTargets"]:
+        with contextlib.suppress(PrometheusError), Prometheus(prometheus, 5) as client:
+            for target in client.active_targets():
                 if target["health"] != "unknown":
                     found[target["labels"]["job"]] = target
         return jobs <= set(found)

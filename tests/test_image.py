@@ -32,6 +32,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.lab.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
 from tests.chart_render import REPO, Rendered, containers, render
 
@@ -164,10 +165,8 @@ class Stack:
     vllm_job: str
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        r = httpx.get(f"{self.prometheus_url}/api/v1/query", params={"query": expr}, timeout=10)
-        r.raise_for_status()
-        result: list[dict[str, Any]] = r.json()["data"]["result"]
-        return result
+        with Prometheus(self.prometheus_url, timeout_seconds=10) as prometheus:
+            return prometheus.query(expr)
 
 
 def _sidecar(rendered: Rendered) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -310,7 +309,7 @@ def stack(
             )
 
             def scraped() -> bool:
-                with contextlib.suppress(httpx.HTTPError):
+                with contextlib.suppress(PrometheusError):
                     jobs = {r["metric"]["job"] for r in stack.query("up == 1")}
                     return {exporter_job, vllm_job} <= jobs
                 return False
