@@ -15,24 +15,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
-import yaml
-
 from .backend import exit_code as stopped_exit_code
 from .local import LocalBackend
 from .plan import TINY_PREFIX, Phase, Plan, PlanError, QuantizationPhase, load_plan, packaged_plan
 from .progress import Progress
+from .prometheus_process import PrometheusProcess, scrape_config
 from .report import dashboard_images, summary_lines, write_outputs
 from .results import ExporterSeries, LabResults
 from .runner import STOPPED, Lab, resolve_peak, run_lab
-from .server_process import DEFAULT_COMMAND, free_port
+from .server_process import DEFAULT_COMMAND, ServerError, free_port
 from .sidecar import LOOPBACK, ExporterBeside
 from .telemetry import PhaseInfo
 
@@ -78,65 +75,35 @@ def rule_files(directory: Path = RULES_DIR) -> list[str]:
     return sorted(str(p) for p in directory.glob("*.yaml")) if directory.is_dir() else []
 
 
-def prometheus_config(targets: dict[str, int], rules: Sequence[str] = ()) -> dict[str, object]:
-    return {
-        "global": {
-            "scrape_interval": SCRAPE_INTERVAL,
-            "scrape_timeout": "1500ms",
-            "evaluation_interval": SCRAPE_INTERVAL,
-        },
-        "rule_files": list(rules),
-        "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [f"{LOOPBACK}:{port}"]}]}
-            for job, port in targets.items()
-        ],
-    }
-
-
 @contextlib.contextmanager
 def prometheus(
     workdir: Path, targets: dict[str, int], rules: Sequence[str] = ()
 ) -> Iterator[str | None]:
-    """Debian's Prometheus on loopback scraping `targets`; None when it is not installed."""
-    binary = shutil.which("prometheus")
-    if binary is None:
+    """Debian's Prometheus on loopback scraping `targets`; None when it is not installed
+    or does not get ready (the run goes on without dashboard pictures)."""
+    if shutil.which("prometheus") is None:
         yield None
         return
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump(prometheus_config(targets, rules)))
-    port = free_port()
-    url = f"http://{LOOPBACK}:{port}"
-    with open(workdir / "prometheus.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address={LOOPBACK}:{port}",
-                "--storage.tsdb.retention.time=1d",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    server = PrometheusProcess(
+        workdir,
+        scrape_config(
+            {job: f"{LOOPBACK}:{port}" for job, port in targets.items()},
+            SCRAPE_INTERVAL,
+            "1500ms",
+            rules,
+        ),
+        tsdb=workdir / "data",
+        flags=["--storage.tsdb.retention.time=1d"],
+    )
     try:
-        deadline = time.monotonic() + 30
-        ready = False
-        while time.monotonic() < deadline and proc.poll() is None and not ready:
-            with contextlib.suppress(httpx.HTTPError):
-                ready = httpx.get(url + "/-/ready", timeout=2).status_code == 200
-            if not ready:
-                time.sleep(0.3)
-        yield url if ready else None
+        server.start(ready_timeout_seconds=30)
+    except ServerError:
+        yield None
+        return
+    try:
+        yield server.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

@@ -21,7 +21,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import promql_parser
 import pytest
 import yaml
@@ -50,6 +49,7 @@ from vllm_glassbox.dashboards.panel_data import (
 from vllm_glassbox.dashboards.pictures import draw_pictures
 from vllm_glassbox.exporter.derive import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
+from vllm_glassbox.lab.prometheus_process import PrometheusProcess
 from vllm_glassbox.lab.server_process import free_port
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, PhaseInfo, Segment
 from vllm_glassbox.prometheus import Prometheus
@@ -680,35 +680,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         check=True,
         capture_output=True,
     )
-    (work / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(work / "prometheus.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                "prometheus",
-                f"--config.file={work / 'prometheus.yml'}",
-                f"--storage.tsdb.path={work / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        else:
-            raise RuntimeError((work / "prometheus.log").read_text()[-2000:])
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    config = {"global": {"scrape_interval": "15s"}}
+    with PrometheusProcess(work, config) as prometheus:
+        yield prometheus.url
 
 
 @pytest.mark.prometheus
