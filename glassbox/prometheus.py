@@ -9,7 +9,6 @@ rejects — is a `PrometheusError` that names it.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -36,12 +35,7 @@ class Prometheus:
     def __enter__(self) -> Prometheus:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _get(self, path: str, params: dict[str, str | float]) -> Any:

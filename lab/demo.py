@@ -22,8 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from .backend import exit_code as stopped_exit_code
+from .experiments.base import Phase
 from .local import LocalBackend
-from .plan import TINY_PREFIX, Phase, Plan, PlanError, QuantizationPhase, load_plan, packaged_plan
+from .plan import TINY_PREFIX, Plan, PlanError, load_plan, packaged_plan
 from .progress import Progress
 from .prometheus_process import PrometheusProcess, scrape_config
 from .report import dashboard_images, summary_lines, write_outputs
@@ -63,11 +64,9 @@ def without_awq(plan: Plan) -> tuple[Plan, list[str]]:
     dropped: list[str] = []
     phases: list[Phase] = []
     for phase in plan.phases:
-        if isinstance(phase, QuantizationPhase):
-            kept = tuple(v for v in phase.variants if v.model not in awq)
-            dropped += [v.name for v in phase.variants if v.model in awq]
-            phase = replace(phase, variants=kept)
-        phases.append(phase)
+        kept, left_out = phase.without_models(awq)
+        phases.append(kept)
+        dropped += left_out
     return replace(plan, phases=tuple(phases)), dropped
 
 
