@@ -77,12 +77,9 @@ def _generate(out: Path, check: bool) -> int:
 
 
 def _snapshot(url: str, out: Path, start_text: str, end_text: str) -> int:
-    from vllm_glassbox.dashboards.snapshot import (
-        Prometheus,
-        PrometheusError,
-        parse_time,
-        take_snapshot,
-    )
+    from vllm_glassbox.dashboards.grafana import parse_time
+    from vllm_glassbox.dashboards.pictures import draw_pictures
+    from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
     now = time.time()
     try:
@@ -92,7 +89,7 @@ def _snapshot(url: str, out: Path, start_text: str, end_text: str) -> int:
         return 2
     prometheus = Prometheus(url)
     try:
-        result = take_snapshot(prometheus, out, start, end)
+        result = draw_pictures(prometheus, out, start, end)
     except (PrometheusError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,10 +1,12 @@
-"""The phases' arithmetic: pure functions over snapshots, increases and startup logs.
+"""The arithmetic every phase kind shares: pure functions over snapshots, increases and
+startup logs.
 
 Every per-request number is a function of the derivation core (`exporter/derive.py`);
-this module gathers them: the facts of one server start, the numbers of each measured
-request and of a variant, a point of the KV-pressure timeline, and a segment's numbers
-to compare with the exporter's. What they mean — medians, the fitted line, acts,
-speed-ups — is `findings.py`.
+this module gathers them: the facts of one server start, the numbers of some measured
+requests, and a segment's numbers to compare with the exporter's. A kind's own
+arithmetic (a variant, a point of the KV-pressure timeline) is in its module
+(`lab/experiments/`); what the numbers mean — medians, the fitted line, acts, speed-ups —
+is `findings.py` and the kinds' judgements.
 """
 
 from __future__ import annotations
@@ -26,18 +28,8 @@ from vllm_glassbox.exporter.weights import (
     read_checkpoint_weights,
     resolve_weights,
 )
-from vllm_glassbox.lab import findings
-from vllm_glassbox.lab.measure import Completion, gauge_max, gauge_total, increase
-from vllm_glassbox.lab.plan import Variant
-from vllm_glassbox.lab.results import (
-    GIB,
-    Bandwidth,
-    RequestStats,
-    Sample,
-    Startup,
-    TimelinePoint,
-    VariantResult,
-)
+from vllm_glassbox.lab.measure import Completion
+from vllm_glassbox.lab.results import GIB, RequestStats, Startup
 
 # --- one server start ----------------------------------------------------------------------
 
@@ -179,81 +171,6 @@ def request_stats(completions: Sequence[Completion], d: Increase) -> RequestStat
         accepted_tokens=d[s.SPEC_ACCEPTED],
         acceptance_ratio=derive.spec_acceptance_ratio(d),
         draft_coverage=derive.spec_draft_coverage(d),
-    )
-
-
-# --- quantization --------------------------------------------------------------------------
-
-
-def sample(round_index: int, completion: Completion, d: Increase) -> Sample:
-    """One measured request, from its own increase."""
-    return Sample(
-        round=round_index,
-        ttft_seconds=derive.time_to_first_token(d),
-        tpot_seconds=derive.time_per_output_token(d),
-        decode_seconds=d[s.ITL_SUM],
-        generated_tokens=d[s.GENERATION_TOKENS],
-        wall_seconds=completion.wall_seconds,
-    )
-
-
-def bandwidth(d: Increase, startup: Startup, peak: float | None) -> Bandwidth:
-    """The decode step against the hardware, from the core (one GPU's share of the weights
-    / mean step time)."""
-    weights, tp = startup.weights_bytes, startup.tensor_parallel
-    return Bandwidth(
-        weight_read_bytes_per_second=derive.weight_read_bandwidth_per_gpu(d, weights, tp),
-        utilization=derive.memory_bandwidth_utilization(d, weights, peak, tp),
-        decode_floor_seconds=derive.decode_floor_seconds(weights, peak, tp),
-    )
-
-
-def variant_result(
-    variant: Variant,
-    startup: Startup,
-    measured: Sequence[tuple[int, Completion, Increase]],
-    peak: float | None,
-) -> VariantResult:
-    """A variant from its measured requests (every round): TPOT is their median."""
-    total = Increase({}, 0.0)
-    for _, _, d in measured:
-        total = total.then(d)  # the requests one after another
-    samples = tuple(sample(r, c, d) for r, c, d in measured)
-    tpot = findings.spread([x.tpot_seconds for x in samples])
-    return VariantResult(
-        variant.name,
-        variant.model,
-        variant.fit,
-        startup,
-        request_stats([c for _, c, _ in measured], total),
-        samples=samples,
-        tpot=tpot,
-        ttft=findings.spread([x.ttft_seconds for x in samples]),
-        noisy=findings.is_noisy(tpot),
-        bandwidth=bandwidth(total, startup, peak),
-    )
-
-
-# --- KV pressure ---------------------------------------------------------------------------
-
-
-def timeline_point(
-    t: float,
-    baseline: Snapshot,
-    now: Snapshot,
-    latency: float | None = None,
-    delay: float | None = None,
-) -> TimelinePoint:
-    grown = increase(baseline, now, t)
-    return TimelinePoint(
-        t=t,
-        running=gauge_total(now, s.RUNNING),
-        waiting=gauge_total(now, s.WAITING),
-        kv_cache_usage=gauge_max(now, s.KV_USAGE),
-        preemptions=grown[s.PREEMPTIONS],
-        generated_tokens=grown[s.GENERATION_TOKENS],
-        latency_seconds=latency,
-        delay_seconds=delay,
     )
 
 

@@ -24,14 +24,7 @@ from pathlib import Path
 
 from vllm_glassbox.lab.backend import Backend
 from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
-from vllm_glassbox.lab.plan import (
-    KvPressurePhase,
-    Phase,
-    Plan,
-    PlanError,
-    QuantizationPhase,
-    resolve_plan,
-)
+from vllm_glassbox.lab.plan import Plan, PlanError, resolve_plan
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.report import dashboard_images, write_outputs
 from vllm_glassbox.lab.results import LabResults
@@ -245,7 +238,7 @@ def check(args: argparse.Namespace, prog: str) -> int:
             )
         )
     for phase in plan.phases:
-        print(f"  {phase.name} ({phase.kind}): {describe_phase(phase)}")
+        print(f"  {phase.name} ({phase.kind}): {phase.describe()}")
     print(f"  {plan.server_starts} server start(s)")
     return EXIT_OK
 
@@ -281,27 +274,6 @@ def restore(args: argparse.Namespace, prog: str) -> int:
     else:
         print(f"{plan.name}: no record of an interrupted run on the Deployment; nothing to do")
     return EXIT_OK
-
-
-def describe_phase(phase: Phase) -> str:
-    """What a phase will do, in one line (for `lab check`)."""
-    if isinstance(phase, QuantizationPhase):
-        fitted = [v.name for v in phase.variants if v.fit]
-        return (
-            f"{len(phase.variants)} variants × {phase.rounds} round(s), "
-            f"{phase.warmup} warm-up + {phase.requests} measured request(s) each; "
-            f"line through {', '.join(fitted)}, on it within ±{phase.tolerance:.0%}"
-        )
-    if isinstance(phase, KvPressurePhase):
-        return (
-            f"{phase.concurrency} requests of {phase.request.max_tokens} tokens at once, "
-            f"polled every {phase.poll_seconds:g}s"
-        )
-    runs = ", ".join(
-        r.label + (" (baseline)" if r.baseline else "") + ("" if r.speculation else " [off]")
-        for r in phase.runs
-    )
-    return f"{phase.requests} request(s) per run: {runs}"
 
 
 def main(argv: Sequence[str], prog: str = "glassbox lab") -> int:

@@ -15,30 +15,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
-import yaml
 from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
+from vllm_glassbox.lab.experiments.base import Phase
 from vllm_glassbox.lab.local import LocalBackend
-from vllm_glassbox.lab.plan import (
-    TINY_PREFIX,
-    Phase,
-    Plan,
-    PlanError,
-    QuantizationPhase,
-    resolve_plan,
-)
+from vllm_glassbox.lab.plan import TINY_PREFIX, Plan, PlanError, resolve_plan
 from vllm_glassbox.lab.progress import Progress
+from vllm_glassbox.lab.prometheus_process import PrometheusProcess, scrape_config
 from vllm_glassbox.lab.report import dashboard_images, summary_lines, write_outputs
 from vllm_glassbox.lab.results import ExporterSeries, LabResults
 from vllm_glassbox.lab.runner import STOPPED, Lab, resolve_peak, run_lab
-from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, free_port
+from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, ServerError, free_port
 from vllm_glassbox.lab.sidecar import LOOPBACK, ExporterBeside
 from vllm_glassbox.lab.telemetry import PhaseInfo
 
@@ -72,11 +64,9 @@ def without_awq(plan: Plan) -> tuple[Plan, list[str]]:
     dropped: list[str] = []
     phases: list[Phase] = []
     for phase in plan.phases:
-        if isinstance(phase, QuantizationPhase):
-            kept = tuple(v for v in phase.variants if v.model not in awq)
-            dropped += [v.name for v in phase.variants if v.model in awq]
-            phase = replace(phase, variants=kept)
-        phases.append(phase)
+        kept, left_out = phase.without_models(awq)
+        phases.append(kept)
+        dropped += left_out
     return replace(plan, phases=tuple(phases)), dropped
 
 
@@ -84,65 +74,35 @@ def rule_files(directory: Path = RULES_DIR) -> list[str]:
     return sorted(str(p) for p in directory.glob("*.yaml")) if directory.is_dir() else []
 
 
-def prometheus_config(targets: dict[str, int], rules: Sequence[str] = ()) -> dict[str, object]:
-    return {
-        "global": {
-            "scrape_interval": SCRAPE_INTERVAL,
-            "scrape_timeout": "1500ms",
-            "evaluation_interval": SCRAPE_INTERVAL,
-        },
-        "rule_files": list(rules),
-        "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [f"{LOOPBACK}:{port}"]}]}
-            for job, port in targets.items()
-        ],
-    }
-
-
 @contextlib.contextmanager
 def prometheus(
     workdir: Path, targets: dict[str, int], rules: Sequence[str] = ()
 ) -> Iterator[str | None]:
-    """Debian's Prometheus on loopback scraping `targets`; None when it is not installed."""
-    binary = shutil.which("prometheus")
-    if binary is None:
+    """Debian's Prometheus on loopback scraping `targets`; None when it is not installed
+    or does not get ready (the run goes on without dashboard pictures)."""
+    if shutil.which("prometheus") is None:
         yield None
         return
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump(prometheus_config(targets, rules)))
-    port = free_port()
-    url = f"http://{LOOPBACK}:{port}"
-    with open(workdir / "prometheus.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address={LOOPBACK}:{port}",
-                "--storage.tsdb.retention.time=1d",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    server = PrometheusProcess(
+        workdir,
+        scrape_config(
+            {job: f"{LOOPBACK}:{port}" for job, port in targets.items()},
+            SCRAPE_INTERVAL,
+            "1500ms",
+            rules,
+        ),
+        tsdb=workdir / "data",
+        flags=["--storage.tsdb.retention.time=1d"],
+    )
     try:
-        deadline = time.monotonic() + 30
-        ready = False
-        while time.monotonic() < deadline and proc.poll() is None and not ready:
-            with contextlib.suppress(httpx.HTTPError):
-                ready = httpx.get(url + "/-/ready", timeout=2).status_code == 200
-            if not ready:
-                time.sleep(0.3)
-        yield url if ready else None
+        server.start(ready_timeout_seconds=30)
+    except ServerError:
+        yield None
+        return
+    try:
+        yield server.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

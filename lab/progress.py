@@ -29,6 +29,11 @@ def clock_text(seconds: float) -> str:
     return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
 
 
+def number_text(value: float | None, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
+    """A number in a progress line: `digits` significant digits, – when unknown."""
+    return "–" if value is None else f"{value * scale:.{digits}g}{unit}"
+
+
 class Progress:
     def __init__(
         self,

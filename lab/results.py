@@ -8,15 +8,18 @@ kv_cache_tokens, timeline[], max_preemption_jump`; spec-decode has `runs[]`, `sp
 and `first_request_prefill_seconds`. A value that could not be measured is null, never
 0 and never NaN.
 
-Every judgement in here (a median, a fit, a verdict on the line, an act) is computed by
-`lab/findings.py` and only stored here, so the report and results.json say the same.
+Here are the values every kind shares (a server start, the numbers of some requests, a
+spread) and the run around the phases; each kind's own result is in its module
+(`lab/experiments/`). Every judgement (a median, a fit, a verdict on the line, an act) is
+computed by `lab/findings.py` or the kind's module and only stored in the results, so
+the report and results.json say the same.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from vllm_glassbox.exporter import derive
 
@@ -103,77 +106,7 @@ class RequestStats:
     draft_coverage: float | None
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One measured request: what its own increase says."""
-
-    round: int
-    ttft_seconds: float | None
-    tpot_seconds: float | None
-    decode_seconds: float
-    generated_tokens: float
-    wall_seconds: float
-
-
-@dataclass(frozen=True)
-class Bandwidth:
-    """A variant's decode step against the hardware: weights / step time, vs the peak."""
-
-    weight_read_bytes_per_second: float | None
-    utilization: float | None  # of the peak
-    decode_floor_seconds: float | None  # weights / peak
-
-
-@dataclass(frozen=True)
-class VariantResult:
-    name: str
-    model: str
-    fit: bool
-    startup: Startup | None = None
-    stats: RequestStats | None = None  # over every measured request (their increases summed)
-    error: str | None = None
-    samples: tuple[Sample, ...] = ()
-    tpot: Spread | None = None  # over the samples
-    ttft: Spread | None = None
-    noisy: bool = False  # the TPOT spread is large: the machine was busy with other work
-    bandwidth: Bandwidth | None = None
-
-    @property
-    def weights_gib(self) -> float | None:
-        return self.startup.weights_gib if self.startup else None
-
-    @property
-    def tpot_seconds(self) -> float | None:
-        return self.tpot.median if self.tpot else None
-
-    def to_json(self) -> JSON:
-        stats = asdict(self.stats) if self.stats else {}
-        return {
-            "name": self.name,
-            "model": self.model,
-            "fit": self.fit,
-            "error": self.error,
-            **(_startup_json(self.startup)),
-            **stats,
-            # The medians over the requests (SPEC §6), the extremes beside them.
-            "ttft_seconds": self.ttft.median if self.ttft else None,
-            "tpot_seconds": self.tpot_seconds,
-            "tpot_seconds_min": self.tpot.low if self.tpot else None,
-            "tpot_seconds_max": self.tpot.high if self.tpot else None,
-            "tpot_spread_ratio": self.tpot.relative if self.tpot else None,
-            "noisy": self.noisy,
-            "samples": [asdict(s) for s in self.samples],
-            "weight_read_bandwidth_bytes_per_second": (
-                self.bandwidth.weight_read_bytes_per_second if self.bandwidth else None
-            ),
-            "memory_bandwidth_utilization_ratio": (
-                self.bandwidth.utilization if self.bandwidth else None
-            ),
-            "decode_floor_seconds": self.bandwidth.decode_floor_seconds if self.bandwidth else None,
-        }
-
-
-def _startup_json(startup: Startup | None) -> JSON:
+def startup_json(startup: Startup | None) -> JSON:
     if startup is None:
         return {
             k: None for k in ("weights_bytes", "kv_cache_tokens", "kv_cache_blocks", "block_size")
@@ -181,209 +114,10 @@ def _startup_json(startup: Startup | None) -> JSON:
     return startup.to_json()
 
 
-# Where a measured variant sits against the fitted line.
-FITTED = "fitted"
-ON_LINE = "on the line"
-ABOVE_LINE = "above the line"  # slower than its bytes predict
-BELOW_LINE = "below the line"  # faster than its bytes predict
-FULL_SIZE = "loaded at full size"  # meant to be quantized, loaded as large as unquantized
+class PhaseBody(Protocol):
+    """What a phase's kind found (its module's result)."""
 
-
-@dataclass(frozen=True)
-class Prediction:
-    name: str
-    weights_gib: float
-    tpot_seconds: float  # measured (median)
-    predicted_tpot_seconds: float
-    error_ratio: float  # predicted / measured − 1
-    verdict: str = FITTED  # FITTED, ON_LINE, ABOVE_LINE, BELOW_LINE or FULL_SIZE
-    reason: str | None = None  # why it is off the line, in words
-
-
-@dataclass(frozen=True)
-class Fit:
-    """TPOT = slope · GiB + intercept, least squares through the fitted variants."""
-
-    slope_seconds_per_gib: float
-    intercept_seconds: float
-    r_squared: float | None  # None through two points (always 1) or equal TPOTs
-    fitted: tuple[str, ...]
-    predictions: tuple[Prediction, ...]
-    tolerance: float = 0.10  # |error ratio| within which a variant is on the line
-    #: The slope read as a bandwidth (`derive.marginal_weight_read_bandwidth`): what one
-    #: more byte of weights costs per step — not the exporter's per-GPU bandwidth from the
-    #: mean step, and not a bandwidth at all when much of a step is not weight reads
-    #: (see exceeds_peak).
-    marginal_bandwidth_bytes_per_second: float | None = None
-    peak_bandwidth_bytes_per_second: float | None = None
-    #: The slope implies more than the hardware can read: not a bandwidth.
-    exceeds_peak: bool | None = None
-    excluded: tuple[str, ...] = ()  # marked `fit` but not usable (loaded at full size)
-    #: The intercept's share of the largest fitted variant's TPOT: how much of a decode
-    #: step is not weight reads.
-    intercept_share: float | None = None
-
-    def to_json(self) -> JSON:
-        return {
-            **asdict(self),
-            "fitted": list(self.fitted),
-            "excluded": list(self.excluded),
-            "points": len(self.fitted),
-        }
-
-
-@dataclass(frozen=True)
-class QuantizationResult:
-    variants: tuple[VariantResult, ...]
-    fit: Fit | None
-    fit_problem: str | None  # why there is no fit
-    #: Variants meant to be quantized but loaded as large as an unquantized one: name ->
-    #: the unquantized variant they match.
-    full_size: Mapping[str, str] = field(default_factory=dict)
-    rounds: int = 1
-
-    def to_json(self) -> JSON:
-        return {
-            "variants": [
-                {**v.to_json(), "full_size_of": self.full_size.get(v.name)} for v in self.variants
-            ],
-            "fit": self.fit.to_json() if self.fit else None,
-            "fit_problem": self.fit_problem,
-            "rounds": self.rounds,
-        }
-
-
-@dataclass(frozen=True)
-class TimelinePoint:
-    t: float  # seconds since the flood started, when the poll's page arrived
-    running: float | None
-    waiting: float | None
-    kv_cache_usage: float | None  # 0–1
-    preemptions: float  # since the flood started
-    generated_tokens: float  # since the flood started
-    latency_seconds: float | None = None  # how long vLLM took to answer the poll
-    delay_seconds: float | None = None  # how late after its tick the poll was sent
-
-
-@dataclass(frozen=True)
-class MissedPoll:
-    """A poll that failed or timed out: recorded, never silently skipped."""
-
-    t: float
-    error: str
-
-
-@dataclass(frozen=True)
-class Act:
-    name: str  # see findings.ACT_CONDITIONS
-    start_t: float
-    end_t: float
-    polls: int
-    preemptions: float
-    peak_waiting: float
-    peak_kv_cache_usage: float
-
-
-@dataclass(frozen=True)
-class KvPressureResult:
-    startup: Startup | None
-    requests: int
-    completed: int
-    failed: int
-    flood_seconds: float  # from the first request sent to the last answered
-    timeline: tuple[TimelinePoint, ...]
-    acts: tuple[Act, ...]
-    max_preemption_jump: float
-    max_preemption_jump_at: float | None
-    preemptions_total: float
-    peak_waiting: float | None
-    peak_kv_cache_usage: float | None
-    first_full_at: float | None
-    first_waiting_at: float | None
-    first_preemption_at: float | None
-    request_errors: tuple[str, ...] = ()
-    poll_seconds: float | None = None  # the period the timeline was polled at
-    missed_polls: tuple[MissedPoll, ...] = ()
-    late_polls: int = 0  # polls that took longer than one period
-    max_gap_seconds: float | None = None  # largest time between two polls' pages
-    max_gap_ended_at: float | None = None  # t of the page that ended it
-    missing_acts: tuple[str, ...] = ()  # of the article's three, which did not happen
-
-    def to_json(self) -> JSON:
-        body = asdict(self)
-        body.pop("startup")
-        return {
-            **_startup_json(self.startup),
-            **body,
-            "timeline": [asdict(p) for p in self.timeline],
-            "acts": [asdict(a) for a in self.acts],
-            "request_errors": list(self.request_errors),
-            "missed_polls": [asdict(m) for m in self.missed_polls],
-            "missing_acts": list(self.missing_acts),
-        }
-
-
-@dataclass(frozen=True)
-class SpecRunResult:
-    label: str
-    extra: dict[str, Any]
-    baseline: bool
-    stats: RequestStats
-    speedup: float | None  # baseline TPOT / this run's TPOT; None for the baseline
-    speculation: bool = True  # the server speculated (--speculative-config)
-    tpot: Spread | None = None  # over its requests
-    finding: str | None = None  # speculated, bypassed, or off, in words
-
-    @property
-    def tpot_seconds(self) -> float | None:
-        return self.tpot.median if self.tpot else self.stats.tpot_seconds
-
-    def to_json(self) -> JSON:
-        return {
-            "label": self.label,
-            "extra": self.extra,
-            "baseline": self.baseline,
-            "speculation": self.speculation,
-            "speedup": self.speedup,
-            "finding": self.finding,
-            **asdict(self.stats),
-            "tpot_seconds": self.tpot_seconds,
-            "tpot_seconds_min": self.tpot.low if self.tpot else None,
-            "tpot_seconds_max": self.tpot.high if self.tpot else None,
-        }
-
-
-@dataclass(frozen=True)
-class SpecDecodeResult:
-    startup: Startup | None  # the server with speculation
-    runs: tuple[SpecRunResult, ...]
-    speedup: float | None  # of the first run that is not the baseline
-    first_request_prefill_seconds: float | None  # the cold request right after startup
-    first_request_ttft_seconds: float | None
-    warm_prefill_seconds: float | None  # mean prefill of the measured requests
-    startup_without_speculation: Startup | None = None
-    baseline_problem: str | None = None  # why the baseline is refused (it drafted)
-    penalty_finding: str | None = None  # how the running vLLM treats a repetition penalty
-
-    def to_json(self) -> JSON:
-        return {
-            **_startup_json(self.startup),
-            "runs": [r.to_json() for r in self.runs],
-            "speedup": self.speedup,
-            "baseline_problem": self.baseline_problem,
-            "penalty_finding": self.penalty_finding,
-            "first_request_prefill_seconds": self.first_request_prefill_seconds,
-            "first_request_ttft_seconds": self.first_request_ttft_seconds,
-            "warm_prefill_seconds": self.warm_prefill_seconds,
-            "startup_without_speculation": (
-                self.startup_without_speculation.to_json()
-                if self.startup_without_speculation
-                else None
-            ),
-        }
-
-
-PhaseBody = QuantizationResult | KvPressureResult | SpecDecodeResult
+    def to_json(self) -> JSON: ...
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""A vLLM server (or anything that takes vLLM's flags) as a child process.
+"""A vLLM server (or anything that takes vLLM's flags), or any command, as a child process.
 
 Started in its own process group with its log captured to a file, so stopping it takes
-every worker it spawned with it: the lab and the tests never leave a process behind.
+every worker it spawned with it, and stopped at exit if nobody did: the lab and the tests
+never leave a process behind.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import fetch_once
@@ -27,8 +28,8 @@ DEFAULT_COMMAND = f"{shlex.quote(sys.executable)} -m vllm.entrypoints.openai.api
 # A Python exception as a traceback's last line names it: "ModuleNotFoundError: No module…".
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .+")
 
-# Strong references: a server dropped without stop() must still be stopped at exit.
-_live: set[ServerProcess] = set()
+# Strong references: a child dropped without stop() must still be stopped at exit.
+_live: set[ChildProcess] = set()
 
 
 class ServerError(RuntimeError):
@@ -43,25 +44,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class ServerProcess:
-    """`command` + `args`, run until stop(); `url` is where it serves."""
+class ChildProcess:
+    """`argv` run until stop(), in a session of its own (its own process group), its
+    output appended to `log_path`. `name` says what it is in errors."""
 
     def __init__(
         self,
-        args: Sequence[str],
+        argv: Sequence[str],
         log_path: Path,
-        command: str = DEFAULT_COMMAND,
-        port: int | None = None,
         env: Mapping[str, str] | None = None,
+        name: str = "server",
     ) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = [*shlex.split(command), *args, "--host", "127.0.0.1", "--port", str(self.port)]
+        self.argv = list(argv)
         self.log_path = log_path
-        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+        self.env = dict(env) if env is not None else None
+        self.name = name
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> ServerProcess:
+    def start(self) -> Self:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
@@ -82,20 +82,20 @@ class ServerProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def wait_ready(self, timeout_seconds: float = 300.0) -> None:
-        """Wait for /health to answer 200; raise with the log's tail if it dies or stalls."""
+    def wait_for(self, ready: Callable[[], bool], timeout_seconds: float, poll: float) -> None:
+        """Wait until `ready()` holds; raise with the log's tail if it dies or stalls."""
         deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline:
             if not self.running():
                 raise ServerError(
-                    f"server exited with code {self._proc.returncode if self._proc else '?'} "
+                    f"{self.name} exited with code "
+                    f"{self._proc.returncode if self._proc else '?'} "
                     f"before it was ready{self.errors_in_log()}:\n{self.log_tail()}"
                 )
-            with contextlib.suppress(ScrapeError):
-                fetch_once(self.url, "/health", timeout_seconds=2.0)
+            if ready():
                 return
-            time.sleep(0.5)
-        raise ServerError(f"server not ready after {timeout_seconds:g}s:\n{self.log_tail()}")
+            time.sleep(poll)
+        raise ServerError(f"{self.name} not ready after {timeout_seconds:g}s:\n{self.log_tail()}")
 
     def log_text(self) -> str:
         try:
@@ -116,34 +116,62 @@ class ServerProcess:
                 found.append(m.group(0))
         return f" ({'; '.join(found[:most])})" if found else ""
 
-    def stop(self, grace_seconds: float = 15.0) -> None:
-        """SIGTERM the whole process group, then SIGKILL what is left."""
+    def stop(self, grace_seconds: float = 15.0) -> int | None:
+        """SIGTERM the whole process group, then SIGKILL what is left; the exit code
+        (None when it was not running)."""
         proc, self._proc = self._proc, None
         if proc is None:
-            return
+            return None
         _live.discard(self)
+        code = None
         for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)
             try:
-                proc.wait(timeout=wait)
+                code = proc.wait(timeout=wait)
                 break
             except subprocess.TimeoutExpired:
                 continue
         # Workers may outlive the leader for a moment; make sure the group is gone.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        return code
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ServerProcess(ChildProcess):
+    """`command` + `args` (vLLM's flags), serving at `url` once /health answers."""
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        log_path: Path,
+        command: str = DEFAULT_COMMAND,
+        port: int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(
+            [*shlex.split(command), *args, "--host", "127.0.0.1", "--port", str(self.port)],
+            log_path,
+            {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        )
+
+    def wait_ready(self, timeout_seconds: float = 300.0) -> None:
+        """Wait for /health to answer 200; raise with the log's tail if it dies or stalls."""
+        self.wait_for(self._healthy, timeout_seconds, poll=0.5)
+
+    def _healthy(self) -> bool:
+        with contextlib.suppress(ScrapeError):
+            fetch_once(self.url, "/health", timeout_seconds=2.0)
+            return True
+        return False
 
 
 @atexit.register

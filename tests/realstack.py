@@ -22,8 +22,8 @@ Prometheus scrapes vLLM and the exporter every second and evaluates every rule f
 alerts/ every second. The exporter runs as its own process (the `glassbox exporter`
 command, as the sidecar does): in the test process it shared the interpreter with the
 flood's client threads, and on a loaded machine Prometheus' scrapes of it timed out.
-`Service`, `vllm_server`, `start_exporter` and `start_prometheus` are also what the chaos
-tests kill and restart (tests/test_chaos_realdata.py).
+`vllm_server`, `start_exporter` and `start_prometheus` are also what the chaos tests
+kill and restart (tests/test_chaos_realdata.py).
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import math
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,12 +43,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import read_snapshot
-from vllm_glassbox.lab.server_process import ServerProcess, free_port
+from vllm_glassbox.lab.prometheus_process import PrometheusProcess, scrape_config
+from vllm_glassbox.lab.server_process import ChildProcess, ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.prometheus import Prometheus, PrometheusError
 from vllm_glassbox.ticker import ticks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,50 +92,6 @@ class FinePoll:
 
 
 @dataclass
-class Service:
-    """A command run as a child in its own session, its output in a file. Stopping it
-    (SIGTERM, then SIGKILL) takes its whole process group; `kill()` is the crash."""
-
-    argv: list[str]
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Service:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        return self
-
-    def stop(self, grace_seconds: float = 30.0) -> int | None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return None
-        for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 10.0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            try:
-                return proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                continue
-        return None
-
-    def kill(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-@dataclass
 class RealStack:
     vllm: ServerProcess
     exporter_url: str
@@ -157,26 +112,13 @@ class RealStack:
     def query_range(
         self, expr: str, start: float, end: float, step: float = 1.0
     ) -> list[dict[str, Any]]:
-        r = httpx.get(
-            self.prometheus_url + "/api/v1/query_range",
-            params={"query": expr, "start": start, "end": end, "step": step},
-            timeout=30,
-        )
-        r.raise_for_status()
-        result: list[dict[str, Any]] = r.json()["data"]["result"]
-        return result
+        with Prometheus(self.prometheus_url) as prometheus:
+            return prometheus.query_range(expr, start, end, step)
 
 
 def prometheus_query(url: str, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-    params: dict[str, str | float] = {"query": expr}
-    if at is not None:
-        params["time"] = at
-    r = httpx.get(url + "/api/v1/query", params=params, timeout=30)
-    r.raise_for_status()
-    body = r.json()
-    assert body["status"] == "success", body
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
+    with Prometheus(url) as prometheus:
+        return prometheus.query(expr, at)
 
 
 def complete(url: str, model: str, prompt: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
@@ -191,7 +133,7 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_seconds: float 
     """Poll `condition` (errors count as not yet) until it holds; fail naming `what`."""
     deadline = time.monotonic() + timeout_seconds
     while True:
-        with contextlib.suppress(httpx.HTTPError):
+        with contextlib.suppress(httpx.HTTPError, PrometheusError):
             if condition():
                 return
         if time.monotonic() > deadline:
@@ -229,9 +171,9 @@ def vllm_server(
     )
 
 
-def start_exporter(vllm: ServerProcess, model_dir: Path, port: int, workdir: Path) -> Service:
+def start_exporter(vllm: ServerProcess, model_dir: Path, port: int, workdir: Path) -> ChildProcess:
     """`glassbox exporter` beside vLLM, polling every second; ready when it answers."""
-    exporter = Service(
+    exporter = ChildProcess(
         [
             GLASSBOX,
             "exporter",
@@ -251,28 +193,17 @@ def start_exporter(vllm: ServerProcess, model_dir: Path, port: int, workdir: Pat
             "20e9",
         ],
         workdir / "exporter.log",
+        name="the exporter",
     ).start()
     wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), "the exporter serving")
     return exporter
 
 
-def start_prometheus(workdir: Path, targets: dict[str, str], port: int) -> Service:
+def start_prometheus(workdir: Path, targets: dict[str, str], port: int) -> PrometheusProcess:
     """Prometheus scraping `targets` (job -> host:port) and evaluating alerts/*.yaml every
     second, its TSDB in workdir (kept across a restart); ready when it says so."""
-    config = workdir / "prometheus.yml"
     rule_files = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml"))
-    config.write_text(yaml.safe_dump(_prometheus_config(targets, rule_files)))
-    prometheus = Service(
-        [
-            "prometheus",
-            f"--config.file={config}",
-            f"--storage.tsdb.path={workdir / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        workdir / "prometheus.log",
-    ).start()
-    wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/-/ready"), "Prometheus ready")
-    return prometheus
+    return PrometheusProcess(workdir, scrape_config(targets, rule_files=rule_files), port).start()
 
 
 def wait_scraped(prometheus_url: str, jobs: set[str], after: float | None = None) -> None:
@@ -285,17 +216,6 @@ def wait_scraped(prometheus_url: str, jobs: set[str], after: float | None = None
         return jobs <= seen
 
     wait_until(scraped, f"{sorted(jobs)} scraped by Prometheus")
-
-
-def _prometheus_config(targets: dict[str, str], rule_files: list[str]) -> dict[str, Any]:
-    return {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
-        "rule_files": rule_files,
-        "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [hostport]}]}
-            for job, hostport in targets.items()
-        ],
-    }
 
 
 class _KeepingPages:
@@ -379,8 +299,8 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
     if shutil.which("prometheus") is None:
         raise RuntimeError("Debian's prometheus is not installed (scripts/setup.sh installs it)")
     model_dir = generate(TinyModelSpec("tiny-stack"), workdir / "models")
-    exporter: Service | None = None
-    prometheus: Service | None = None
+    exporter: ChildProcess | None = None
+    prometheus: PrometheusProcess | None = None
     launched = time.time()
     with vllm_server(workdir, model_dir) as vllm:
         try:

@@ -48,14 +48,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter.derive import Context, Increase, snapshot_increases
 from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot, read_snapshot
-from vllm_glassbox.lab.server_process import ServerProcess, free_port
+from vllm_glassbox.lab.prometheus_process import PrometheusProcess
+from vllm_glassbox.lab.server_process import ChildProcess, ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
 from tests.realstack import (
     FLOOD_MAX_TOKENS,
     FLOOD_REQUESTS,
     REPETITIVE_PROMPT,
-    Service,
     complete,
     prometheus_query,
     start_exporter,
@@ -187,8 +187,8 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
     exporter_url = f"http://127.0.0.1:{exporter_port}"
     jobs = {"vllm": f"127.0.0.1:{vllm_port}", "glassbox": f"127.0.0.1:{exporter_port}"}
     vllm = vllm_server(work, model_dir, vllm_port, dev_mode=True)
-    exporter: Service | None = None
-    prometheus: Service | None = None
+    exporter: ChildProcess | None = None
+    prometheus: PrometheusProcess | None = None
     run = Chaos(f"http://127.0.0.1:{prometheus_port}")
     t = run.times
     try:

@@ -21,36 +21,38 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import promql_parser
 import pytest
 import yaml
 from vllm_glassbox.dashboards import catalog
 from vllm_glassbox.dashboards.cli import main
 from vllm_glassbox.dashboards.common import LAB_ANNOTATION_TAG
-from vllm_glassbox.dashboards.snapshot import (
+from vllm_glassbox.dashboards.drawing import with_gaps
+from vllm_glassbox.dashboards.formatting import format_value
+from vllm_glassbox.dashboards.grafana import (
+    TimeRange,
+    legend,
+    parse_time,
+    substitute,
+    time_range,
+    variable_names,
+)
+from vllm_glassbox.dashboards.panel_data import (
     PanelData,
-    Prometheus,
     Region,
     Series,
     TargetData,
-    TimeRange,
-    format_value,
-    legend,
-    parse_time,
     query_annotations,
     regions,
     stacked_bar_cells,
-    substitute,
-    take_snapshot,
-    time_range,
-    variable_names,
-    with_gaps,
 )
+from vllm_glassbox.dashboards.pictures import draw_pictures
 from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
+from vllm_glassbox.lab.prometheus_process import PrometheusProcess
 from vllm_glassbox.lab.server_process import free_port
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, PhaseInfo, Segment
+from vllm_glassbox.prometheus import Prometheus
 
 from tests import vllm_metric_names as vllm
 from tests.fixtures import log as fixture_log
@@ -678,35 +680,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         check=True,
         capture_output=True,
     )
-    (work / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(work / "prometheus.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                "prometheus",
-                f"--config.file={work / 'prometheus.yml'}",
-                f"--storage.tsdb.path={work / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        else:
-            raise RuntimeError((work / "prometheus.log").read_text()[-2000:])
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    config = {"global": {"scrape_interval": "15s"}}
+    with PrometheusProcess(work, config) as prometheus:
+        yield prometheus.url
 
 
 @pytest.mark.prometheus
@@ -748,7 +724,7 @@ def test_snapshot_draws_every_panel_and_names_the_empty_ones(
 def test_snapshot_values_are_prometheus_values(prometheus: str, tmp_path: Path) -> None:
     client = Prometheus(prometheus)
     try:
-        shot = take_snapshot(client, tmp_path, KNOWN_START, KNOWN_END, BOARDS[:1])
+        shot = draw_pictures(client, tmp_path, KNOWN_START, KNOWN_END, BOARDS[:1])
     finally:
         client.close()
     usage = next(p for p in shot.panels if p.title == "KV cache usage")
@@ -784,7 +760,7 @@ def test_snapshot_reports_queries_prometheus_rejects(prometheus: str, tmp_path: 
     broken["targets"][0]["expr"] = "rate(glassbox_target_up)"
     client = Prometheus(prometheus)
     try:
-        shot = take_snapshot(client, tmp_path, KNOWN_START, KNOWN_END, [board])
+        shot = draw_pictures(client, tmp_path, KNOWN_START, KNOWN_END, [board])
     finally:
         client.close()
     (failed,) = shot.failed

@@ -14,13 +14,9 @@ from pathlib import Path
 import pytest
 from vllm_glassbox.dashboards import catalog
 from vllm_glassbox.dashboards.cli import main
-from vllm_glassbox.dashboards.snapshot import (
-    PanelData,
-    Prometheus,
-    panels_of,
-    query_dashboard,
-    time_range,
-)
+from vllm_glassbox.dashboards.grafana import panels_of, time_range
+from vllm_glassbox.dashboards.panel_data import PanelData, query_dashboard
+from vllm_glassbox.prometheus import Prometheus
 
 from tests.realstack import RealStack
 

@@ -31,7 +31,8 @@ from vllm_glassbox.exporter.webconfig import (
     WebConfigSource,
     load_web_config,
 )
-from vllm_glassbox.lab.server_process import free_port
+from vllm_glassbox.lab.prometheus_process import PrometheusProcess
+from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
 from tests.k8s_double import wait_until
 from tests.misbehaving import FakeVllm, Misbehaving, guarded, healthy
@@ -290,23 +291,9 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_the_wrong_password_is_r
             job("wrong", {"username": USER, "password_file": str(tmp_path / "wrong")}),
             job("nobody", None),
         ]
-        config = tmp_path / "prometheus.yml"
-        config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"},
-                                          "scrape_configs": jobs}))  # fmt: skip
-        port = free_port()
-        with (
-            open(tmp_path / "prometheus.log", "wb") as out,
-            subprocess.Popen(
-                ["prometheus", f"--config.file={config}", f"--web.listen-address=127.0.0.1:{port}",
-                 f"--storage.tsdb.path={tmp_path / 'tsdb'}"],
-                stdout=out, stderr=subprocess.STDOUT,
-            ) as prometheus,
-        ):  # fmt: skip
-            try:
-                targets = _scraped_targets(f"http://127.0.0.1:{port}", {"right", "wrong", "nobody"})
-            finally:
-                prometheus.terminate()
-                prometheus.wait(timeout=30)
+        config = {"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}
+        with PrometheusProcess(tmp_path, config) as prometheus:
+            targets = _scraped_targets(prometheus.url, {"right", "wrong", "nobody"})
     assert targets["right"]["health"] == "up", targets["right"]
     for name in ("wrong", "nobody"):
         assert targets[name]["health"] == "down"
@@ -319,9 +306,8 @@ def _scraped_targets(prometheus: str, jobs: set[str]) -> dict[str, dict[str, Any
 
     def scraped() -> bool:
         # Until its storage is up Prometheus answers 503 "Service Unavailable" (not JSON).
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            answer = httpx.get(prometheus + "/api/v1/targets", timeout=5).json()
-            for target in answer["data"]["activeTargets"]:
+        with contextlib.suppress(PrometheusError), Prometheus(prometheus, 5) as client:
+            for target in client.active_targets():
                 if target["health"] != "unknown":
                     found[target["labels"]["job"]] = target
         return jobs <= set(found)

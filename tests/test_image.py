@@ -30,8 +30,10 @@ import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.lab.prometheus_process import PrometheusProcess, scrape_config
 from vllm_glassbox.lab.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
 from tests.chart_render import REPO, Rendered, containers, render
 
@@ -164,10 +166,8 @@ class Stack:
     vllm_job: str
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        r = httpx.get(f"{self.prometheus_url}/api/v1/query", params={"query": expr}, timeout=10)
-        r.raise_for_status()
-        result: list[dict[str, Any]] = r.json()["data"]["result"]
-        return result
+        with Prometheus(self.prometheus_url, timeout_seconds=10) as prometheus:
+            return prometheus.query(expr)
 
 
 def _sidecar(rendered: Rendered) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -257,7 +257,7 @@ def stack(
     )
     assert env["VLLM_LOGGING_CONFIG_PATH"].endswith("/logging.json")
     name = f"glassbox-image-test-{os.getpid()}"
-    prometheus: subprocess.Popen[bytes] | None = None
+    prometheus: PrometheusProcess | None = None
     with vllm:
         try:
             docker.run(
@@ -280,25 +280,10 @@ def stack(
             vllm_job = vllm_monitor["spec"]["endpoints"][0]["relabelings"][0]["replacement"]
             rules = work / "rules.yaml"
             rules.write_text(yaml.safe_dump(rendered.one("PrometheusRule")["spec"]))
-            config = {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
-                           "scrape_timeout": "900ms"},
-                "rule_files": [str(rules)],
-                "scrape_configs": [
-                    {"job_name": exporter_job,
-                     "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]},
-                    {"job_name": vllm_job,
-                     "static_configs": [{"targets": [f"127.0.0.1:{vllm_port}"]}]},
-                ],
-            }  # fmt: skip
-            (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-            with open(work / "prometheus.log", "wb") as prom_log:
-                prometheus = subprocess.Popen(
-                    ["prometheus", f"--config.file={work / 'prometheus.yml'}",
-                     f"--storage.tsdb.path={work / 'tsdb'}",
-                     f"--web.listen-address=127.0.0.1:{prom_port}"],
-                    stdout=prom_log, stderr=subprocess.STDOUT, start_new_session=True,
-                )  # fmt: skip
+            targets = {exporter_job: f"127.0.0.1:{exporter_port}",
+                       vllm_job: f"127.0.0.1:{vllm_port}"}  # fmt: skip
+            config = scrape_config(targets, rule_files=[str(rules)])
+            prometheus = PrometheusProcess(work, config, prom_port).start()
             stack = Stack(
                 rendered,
                 exporter_url,
@@ -310,7 +295,7 @@ def stack(
             )
 
             def scraped() -> bool:
-                with contextlib.suppress(httpx.HTTPError):
+                with contextlib.suppress(PrometheusError):
                     jobs = {r["metric"]["job"] for r in stack.query("up == 1")}
                     return {exporter_job, vllm_job} <= jobs
                 return False
@@ -330,11 +315,7 @@ def stack(
             (work / "exporter.log").write_text(logs.stdout + logs.stderr)
             docker.run("rm", "-f", name, check=False)
             if prometheus is not None:
-                prometheus.terminate()
-                try:
-                    prometheus.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    prometheus.kill()
+                prometheus.stop()
 
 
 # -- the tests -------------------------------------------------------------------------

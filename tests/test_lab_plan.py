@@ -11,18 +11,18 @@ import yaml
 from vllm_glassbox.lab.backend import REMOVE
 from vllm_glassbox.lab.cli import choose_backend
 from vllm_glassbox.lab.cli import main as lab_main
+from vllm_glassbox.lab.experiments.kv_pressure import KvPressurePhase
+from vllm_glassbox.lab.experiments.quantization import QuantizationPhase
+from vllm_glassbox.lab.experiments.spec_decode import SpecDecodePhase
 from vllm_glassbox.lab.plan import (
-    KvPressurePhase,
     PeakBandwidth,
     PlanError,
-    QuantizationPhase,
-    SpecDecodePhase,
-    flag_value,
     load_plan,
     packaged_plan,
     parse_plan,
     resolve_plan,
 )
+from vllm_glassbox.lab.plan_yaml import flag_value
 
 LOCAL = {"local": {"args": ["--model", "m", "--max-model-len", "2048"]}}
 

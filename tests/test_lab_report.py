@@ -19,43 +19,44 @@ import yaml
 from vllm_glassbox.exporter.derive import Increase
 from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.exporter.weights import Weights
-from vllm_glassbox.lab.analysis import (
-    request_stats,
-    startup_facts,
-    timeline_point,
-    variant_result,
-)
+from vllm_glassbox.lab.analysis import request_stats, startup_facts
 from vllm_glassbox.lab.cli import main as lab_main
-from vllm_glassbox.lab.findings import (
+from vllm_glassbox.lab.experiments.kv_pressure import (
+    KvPressureResult,
+    TimelinePoint,
     act_names,
+    missing_acts,
+    name_acts,
+    pressure_summary,
+    timeline_point,
+)
+from vllm_glassbox.lab.experiments.quantization import (
+    ABOVE_LINE,
+    FULL_SIZE,
+    ON_LINE,
+    QuantizationResult,
+    Variant,
+    VariantResult,
     fit_line,
     fit_tpot,
     full_size_variants,
-    missing_acts,
-    name_acts,
-    penalty_finding,
-    pressure_summary,
-    spec_runs,
-    spread,
+    variant_result,
 )
+from vllm_glassbox.lab.experiments.spec_decode import (
+    SpecDecodeResult,
+    penalty_finding,
+    spec_runs,
+)
+from vllm_glassbox.lab.findings import spread
 from vllm_glassbox.lab.measure import Completion, increase
-from vllm_glassbox.lab.plan import Variant
 from vllm_glassbox.lab.report import render_markdown, why_empty, write_outputs
 from vllm_glassbox.lab.results import (
-    ABOVE_LINE,
-    FULL_SIZE,
     GIB,
-    ON_LINE,
-    KvPressureResult,
     LabResults,
     Peak,
     PhaseResult,
-    QuantizationResult,
     RequestStats,
-    SpecDecodeResult,
     Startup,
-    TimelinePoint,
-    VariantResult,
 )
 
 from tests.fixtures import log, page
