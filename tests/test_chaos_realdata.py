@@ -117,6 +117,13 @@ def _exporter_value(url: str, name: str) -> float | None:
     return None
 
 
+def _exporter_polled_after(url: str, t: float) -> bool:
+    """Whether the exporter has finished a poll that started after unix time t."""
+    done = _exporter_value(url, "glassbox_last_scrape_success_timestamp_seconds") or 0.0
+    took = _exporter_value(url, "glassbox_scrape_duration_seconds") or 0.0
+    return done - took > t
+
+
 def _wait_for_frozen_counters(url: str) -> None:
     """Until two reads of vLLM's counters agree: a paused engine's last step may still be
     on its way to the API server."""
@@ -215,12 +222,14 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
             timeout_seconds=300,
         )
         # Freeze vLLM's counters (scheduler paused, requests kept in flight, pool full) until
-        # Prometheus has scraped them: what the exporter polls before the kill, Prometheus
-        # has too, so the spike check's raw windows hold every count the exporter saw.
+        # the exporter has polled them and Prometheus has scraped them: both then hold the
+        # same last counts before the kill (pausing may itself count preemptions).
         keep = {"mode": "keep", "clear_cache": "false"}
         httpx.post(vllm.url + "/pause", params=keep, timeout=30).raise_for_status()
         _wait_for_frozen_counters(vllm.url)
-        wait_scraped(run.prometheus_url, {"vllm"}, after=time.time())
+        frozen = time.time()
+        wait_until(lambda: _exporter_polled_after(exporter_url, frozen), "a poll of the freeze")
+        wait_scraped(run.prometheus_url, {"vllm"}, after=frozen)
         run.preempted_before_kill = _vllm_value(vllm.url, "vllm:num_preemptions_total")
         cut.set()
         t["kill"] = time.time()
