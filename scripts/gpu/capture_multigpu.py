@@ -190,7 +190,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         return
     os.killpg(proc.pid, signal.SIGINT)
     try:
-        proc.wait(40)
+        proc.wait(20)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
