@@ -181,7 +181,9 @@ def run(args: argparse.Namespace, prog: str) -> int:
                 write_outputs(results, out)
 
             peak = resolve_peak(plan, progress)
-            lab = Lab(backend, progress, observers, publish=publish, peak=peak)
+            # vLLM's API key, as vLLM itself reads it (a local vLLM inherits it too).
+            api_key = os.environ.get("VLLM_API_KEY") or None
+            lab = Lab(backend, progress, observers, publish=publish, peak=peak, api_key=api_key)
             if kind == "local" and plan.local is not None and plan.local.exporter:
                 observers.append(
                     ExporterBeside(
