@@ -57,8 +57,9 @@ def render(
     api_versions: tuple[str, ...] = MONITORING_APIS,
     name: str = "demo",
     namespace: str = "llm",
+    chart_dir: Path = CHART,
 ) -> Rendered:
-    chart = helm.Chart.load(CHART)
+    chart = helm.Chart.load(chart_dir)
     options = {
         "name": name,
         "namespace": namespace,
