@@ -11,7 +11,9 @@ its key, the helm test's probe) is in tests/test_chart_secured.py.
 
 from __future__ import annotations
 
+import re
 import shutil
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +130,9 @@ def test_the_chart_renders_as_a_subchart_with_globals_and_valid_objects(
     deployment = rendered.one("Deployment", "platform-vllm-glassbox")
     spec = deployment["spec"]["template"]["spec"]
     # global.imageRegistry reaches every image; the umbrella's values reach the subchart.
-    assert _container(spec, "vllm")["image"] == "registry.example.com/mirror/vllm/vllm-openai:v0.11.0"
-    assert _container(spec, "glassbox")["image"] == "registry.example.com/mirror/vllm-glassbox:0.1.0"
+    mirror = "registry.example.com/mirror"
+    assert _container(spec, "vllm")["image"] == f"{mirror}/vllm/vllm-openai:v0.11.0"
+    assert _container(spec, "glassbox")["image"] == f"{mirror}/vllm-glassbox:0.1.0"
     assert _container(spec, "vllm")["args"][0] == "Qwen/Qwen2.5-7B-Instruct-AWQ"
     [monitor, _] = rendered.of_kind("ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -269,7 +272,7 @@ def test_vllm_reads_its_api_key_and_hf_token_from_secrets_never_from_a_flag() ->
     assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
     assert not any("api-key" in a or "token" in a for a in vllm["args"])
     assert "VLLM_API_KEY" not in _env(_container(_pod_spec(render(), "Deployment", "vllm"), "vllm"))
-    with pytest.raises(HelmError, match="vllm.args.api-key: a flag's value shows in the pod spec"):
+    with pytest.raises(HelmError, match=r"vllm\.args\.api-key: a flag's value shows in the pod"):
         render({"vllm": {"args": {"api-key": "s3cret"}}})
 
 
@@ -287,9 +290,9 @@ def test_the_exporter_the_helm_test_and_the_lab_send_vllms_api_key() -> None:
     )  # fmt: skip
     lab = render(yaml.safe_load((CI_DIR / "lab-values.yaml").read_text()))
     [job] = lab.of_kind("Job")
-    assert _env(job["spec"]["template"]["spec"]["containers"][0])["VLLM_API_KEY"] == {
-        "secretKeyRef": {"name": "vllm-api-key", "key": "api-key"}
-    }
+    spec = job["spec"]["template"]["spec"]
+    key_file = _env(spec["containers"][0])["VLLM_API_KEY_FILE"]
+    assert _secret_files(spec, spec["containers"][0])[key_file] == ("vllm-api-key", "api-key")
 
 
 def test_in_exporter_mode_each_target_has_its_own_token() -> None:
@@ -360,8 +363,16 @@ def test_the_monitors_scrape_the_exporter_over_tls_with_basic_auth(monitor: str)
 
 
 def test_the_monitors_tls_config_is_merged_over_the_default() -> None:
-    values = {**SECURE, "serviceMonitor": {"enabled": True, "tlsConfig": {
-        "serverName": "glassbox.example.com", "ca": {"configMap": {"name": "ca", "key": "ca"}}}}}
+    values = {
+        **SECURE,
+        "serviceMonitor": {
+            "enabled": True,
+            "tlsConfig": {
+                "serverName": "glassbox.example.com",
+                "ca": {"configMap": {"name": "ca", "key": "ca"}},
+            },
+        },
+    }
     rendered = render(values)
     [endpoint] = rendered.one("ServiceMonitor", "demo-vllm-glassbox-glassbox")["spec"]["endpoints"]
     assert endpoint["tlsConfig"]["serverName"] == "glassbox.example.com"
@@ -405,8 +416,9 @@ def test_exporter_mode_with_tls_names_every_targets_service() -> None:
 
 
 def test_a_web_config_secret_of_your_own_replaces_the_charts() -> None:
-    values = {"exporter": {"webConfigSecret": "my-web", "basicAuth": {"enabled": True,
-                                                                      "secretName": "s"}}}
+    values = {
+        "exporter": {"webConfigSecret": "my-web", "basicAuth": {"enabled": True, "secretName": "s"}}
+    }
     rendered = render(values)
     assert "Secret" not in rendered.kinds()
     spec = _pod_spec(rendered, "Deployment", "vllm")
@@ -442,3 +454,52 @@ def test_a_plain_password_is_refused_where_a_bcrypt_hash_belongs() -> None:
         render(values)
     assert "exporter.basicAuth.users.prometheus: not a bcrypt hash" in str(refused.value)
     assert "hunter2" not in str(refused.value)
+
+
+# -- docs/helm.md: what it shows renders as it says ---------------------------------------
+
+DOC = REPO / "docs" / "helm.md"
+
+
+def _doc_yaml(containing: str) -> dict[str, Any]:
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), flags=re.S)
+    [block] = [textwrap.dedent(b) for b in blocks if containing in b]
+    loaded: dict[str, Any] = yaml.safe_load(block)
+    return loaded
+
+
+def test_the_documented_argo_cd_application_renders_monitors_and_rules() -> None:
+    helm = _doc_yaml("kind: Application")["spec"]["source"]["helm"]
+    rendered = render(helm["valuesObject"], name=helm["releaseName"], namespace="llm",
+                      api_versions=tuple(helm["apiVersions"]),
+                      kube_version=helm["kubeVersion"])  # fmt: skip
+    assert set(rendered.kinds()) & MONITORING == {"ServiceMonitor", "PrometheusRule"}
+    for monitor in rendered.of_kind("ServiceMonitor"):
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_the_documented_flux_release_renders() -> None:
+    values = _doc_yaml("kind: HelmRelease")["spec"]["values"]
+    assert render(values, name="llm").one("Deployment")["metadata"]["name"] == ("llm-vllm-glassbox")
+
+
+def test_the_documented_umbrella_is_the_fixtures(umbrella: Path) -> None:
+    documented = _doc_yaml("condition: vllm-glassbox.enabled")["dependencies"]
+    fixture = yaml.safe_load((UMBRELLA / "Chart.yaml").read_text())["dependencies"]
+    same = ("name", "version", "condition")
+    assert [{k: d[k] for k in same} for d in documented] == [
+        {k: d[k] for k in same} for d in fixture
+    ]
+    values = _doc_yaml("vllm-glassbox:\n  enabled: true")
+    rendered = render(values, chart_dir=umbrella, name="llm")
+    assert rendered.one("Deployment")["metadata"]["name"] == "llm-vllm-glassbox"
+
+
+def test_the_documented_tls_values_render_and_the_certificate_names_the_service() -> None:
+    values = _doc_yaml("secretName: glassbox-scrape")
+    rendered = render(values, name="llm", namespace="llm")
+    certificate = _doc_yaml("kind: Certificate")["spec"]
+    assert certificate["secretName"] == values["exporter"]["tls"]["secretName"]
+    [endpoint] = rendered.one("ServiceMonitor", "llm-vllm-glassbox-glassbox")["spec"]["endpoints"]
+    assert certificate["dnsNames"] == [endpoint["tlsConfig"]["serverName"]]
+    assert f"its certificate must name {certificate['dnsNames'][0]}" in rendered.notes

@@ -261,13 +261,13 @@ ports:
   - name: glassbox
     containerPort: {{ $e.port }}
     protocol: TCP
-{{- $scheme := ternary "HTTPS" "HTTP" (eq (toString $e.tls.enabled) "true") }}
+{{- $scheme := ternary ", scheme: HTTPS" "" (eq (toString $e.tls.enabled) "true") }}
 livenessProbe:  # the exporter's own health (no credentials needed): a vLLM outage must not restart it
-  httpGet: {path: /healthz, port: glassbox, scheme: {{ $scheme }}}
+  httpGet: {path: /healthz, port: glassbox{{ $scheme }}}
   periodSeconds: 10
   timeoutSeconds: 5
 readinessProbe:
-  httpGet: {path: /healthz, port: glassbox, scheme: {{ $scheme }}}
+  httpGet: {path: /healthz, port: glassbox{{ $scheme }}}
   periodSeconds: 10
   timeoutSeconds: 5
 resources: {{- toYaml $e.resources | nindent 2 }}
