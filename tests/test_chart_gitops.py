@@ -189,8 +189,9 @@ def test_notes_say_why_a_monitor_or_rule_is_absent() -> None:
     notes = " ".join(undetected.notes.split())
     assert (
         "No ServiceMonitor/PodMonitor rendered: serviceMonitor.enabled is auto, and Helm was "
-        "not told that the cluster serves monitoring.coreos.com/v1 (with helm template or "
-        "GitOps: --api-versions monitoring.coreos.com/v1, or serviceMonitor.enabled: true)"
+        "not told that the cluster serves ServiceMonitor of monitoring.coreos.com/v1 (with "
+        "helm template or GitOps: --api-versions monitoring.coreos.com/v1, or "
+        "serviceMonitor.enabled: true)"
     ) in notes
     assert "No PrometheusRule rendered: prometheusRule.enabled is auto" in notes
     off = render({"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False}})
@@ -360,6 +361,12 @@ def test_the_monitors_scrape_the_exporter_over_tls_with_basic_auth(monitor: str)
     [vllm_endpoint] = rendered.one(kind, "demo-vllm-glassbox-vllm")["spec"][key]
     assert not {"scheme", "tlsConfig", "basicAuth"} & set(vllm_endpoint)
     _validate_operator_objects(rendered)
+
+
+def test_exporter_mode_without_targets_is_refused_with_the_reason_even_with_tls() -> None:
+    values = {"mode": "exporter", "exporter": {"tls": {"enabled": True, "secretName": "t"}}}
+    with pytest.raises(HelmError, match=r"exporter\.targets: mode exporter needs at least one"):
+        render(values)
 
 
 def test_the_monitors_tls_config_is_merged_over_the_default() -> None:

@@ -106,11 +106,11 @@ is trusted for every kind of the group/version. Call with
 
 {{/* Why a monitoring object is not rendered, for NOTES. Call with (list $ VALUES-NAME). */}}
 {{- define "vllm-glassbox.whyNot" -}}
-{{- $what := index . 1 }}
+{{- $what := index . 1 }}{{- $kind := printf "%s%s" (upper (substr 0 1 $what)) (substr 1 -1 $what) }}
 {{- if ne (toString (index (index . 0).Values $what).enabled) "auto" }}{{ $what }}.enabled is false.
 {{- else }}{{ $what }}.enabled is auto, and Helm was
-  not told that the cluster serves monitoring.coreos.com/v1 (with helm template or
-  GitOps: --api-versions monitoring.coreos.com/v1, or {{ $what }}.enabled: true).
+  not told that the cluster serves {{ $kind }} of monitoring.coreos.com/v1 (with helm
+  template or GitOps: --api-versions monitoring.coreos.com/v1, or {{ $what }}.enabled: true).
 {{- end }}
 {{- end }}
 
@@ -237,7 +237,7 @@ tlsConfig is merged over it. Call with (list $ MONITOR-VALUES).
 {{- $root := index . 0 }}{{- $m := index . 1 }}{{- $e := $root.Values.exporter }}
 {{- if $e.tls.enabled }}
 {{- $service := include "vllm-glassbox.exporterName" $root }}
-{{- if eq $root.Values.mode "exporter" }}{{ $service = include "vllm-glassbox.targetName" (list $root (index $e.targets 0).name) }}{{ end }}
+{{- if and (eq $root.Values.mode "exporter") $e.targets }}{{ $service = include "vllm-glassbox.targetName" (list $root (first $e.targets).name) }}{{ end }}
 {{- $default := dict "ca" (dict "secret" (dict "name" $e.tls.secretName "key" "ca.crt")) "serverName" (printf "%s.%s.svc" $service $root.Release.Namespace) }}
 scheme: https
 tlsConfig: {{- toYaml (merge (deepCopy $m.tlsConfig) $default) | nindent 2 }}
