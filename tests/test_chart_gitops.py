@@ -17,7 +17,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -25,11 +24,12 @@ from tests.chart_render import (
     CHART,
     CI_DIR,
     KUBE_VERSIONS,
-    OPERATOR_KINDS,
     REPO,
     HelmError,
     Rendered,
-    containers,
+    check_core_objects,
+    check_operator_objects,
+    container_named,
     pod_specs,
     render,
 )
@@ -71,23 +71,6 @@ ARGOCD_API_VERSIONS = (
 )
 
 
-def _validate_core(rendered: Rendered, kube: str) -> None:
-    for manifest in rendered.manifests:
-        if manifest["kind"] not in OPERATOR_KINDS:
-            kubernetes_validate.validate(manifest, kube, strict=True)
-
-
-def _validate_operator_objects(rendered: Rendered) -> None:
-    from cloudcoil.models.prometheus_operator import v1 as monitoring
-
-    models = {"ServiceMonitor": monitoring.ServiceMonitor, "PodMonitor": monitoring.PodMonitor,
-              "PrometheusRule": monitoring.PrometheusRule}  # fmt: skip
-    for manifest in (m for m in rendered.manifests if m["kind"] in OPERATOR_KINDS):
-        model = models[manifest["kind"]].model_validate(manifest)
-        back = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
-        assert back["spec"] == manifest["spec"], manifest["metadata"]["name"]
-
-
 def _pod_spec(rendered: Rendered, kind: str, component: str) -> dict[str, Any]:
     [manifest] = [
         m for m in rendered.of_kind(kind)
@@ -95,11 +78,6 @@ def _pod_spec(rendered: Rendered, kind: str, component: str) -> dict[str, Any]:
     ]  # fmt: skip
     [spec] = pod_specs(manifest)
     return spec
-
-
-def _container(spec: dict[str, Any], name: str) -> dict[str, Any]:
-    [found] = [c for c in containers(spec) if c["name"] == name]
-    return found
 
 
 # -- an umbrella chart ------------------------------------------------------------------
@@ -131,14 +109,14 @@ def test_the_chart_renders_as_a_subchart_with_globals_and_valid_objects(
     spec = deployment["spec"]["template"]["spec"]
     # global.imageRegistry reaches every image; the umbrella's values reach the subchart.
     mirror = "registry.example.com/mirror"
-    assert _container(spec, "vllm")["image"] == f"{mirror}/vllm/vllm-openai:v0.11.0"
-    assert _container(spec, "glassbox")["image"] == f"{mirror}/vllm-glassbox:0.1.0"
-    assert _container(spec, "vllm")["args"][0] == "Qwen/Qwen2.5-7B-Instruct-AWQ"
+    assert container_named(spec, "vllm")["image"] == f"{mirror}/vllm/vllm-openai:v0.11.0"
+    assert container_named(spec, "glassbox")["image"] == f"{mirror}/vllm-glassbox:0.1.0"
+    assert container_named(spec, "vllm")["args"][0] == "Qwen/Qwen2.5-7B-Instruct-AWQ"
     [monitor, _] = rendered.of_kind("ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert {"PrometheusRule", "Pod"} <= set(rendered.kinds())
-    _validate_core(rendered, kube)
-    _validate_operator_objects(rendered)
+    check_core_objects(rendered.manifests, kube)
+    check_operator_objects(rendered.manifests)
 
 
 def test_the_umbrellas_condition_and_the_charts_own_switch_turn_it_off(umbrella: Path) -> None:
@@ -207,14 +185,14 @@ def test_images_take_a_registry_and_a_digest_and_the_digest_replaces_the_tag() -
     rendered = render(SECURE)
     spec = _pod_spec(rendered, "Deployment", "vllm")
     digest = SECURE["image"]["digest"]
-    assert _container(spec, "glassbox")["image"] == (
+    assert container_named(spec, "glassbox")["image"] == (
         f"registry.example.com/mirror/vllm-glassbox@{digest}"
     )
-    assert _container(spec, "vllm")["image"] == (
+    assert container_named(spec, "vllm")["image"] == (
         f"registry.example.com/mirror/vllm/vllm-openai@{SECURE['vllm']['image']['digest']}"
     )
     [test_pod] = rendered.of_kind("Pod")
-    assert test_pod["spec"]["containers"][0]["image"] == _container(spec, "glassbox")["image"]
+    assert test_pod["spec"]["containers"][0]["image"] == container_named(spec, "glassbox")["image"]
     # The image's own registry wins over the global one; a tag without a digest stays.
     lab = render({"global": {"imageRegistry": "mirror.local"},
                   "lab": {"enabled": True, "runId": "r1", "plan": {"phases": [{}]},
@@ -267,12 +245,14 @@ def _secret_files(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, 
 def test_vllm_reads_its_api_key_and_hf_token_from_secrets_never_from_a_flag() -> None:
     rendered = render(SECURE)
     spec = _pod_spec(rendered, "Deployment", "vllm")
-    vllm = _container(spec, "vllm")
+    vllm = container_named(spec, "vllm")
     env = _env(vllm)
     assert env["VLLM_API_KEY"] == {"secretKeyRef": {"name": "vllm-api-key", "key": "api-key"}}
     assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
     assert not any("api-key" in a or "token" in a for a in vllm["args"])
-    assert "VLLM_API_KEY" not in _env(_container(_pod_spec(render(), "Deployment", "vllm"), "vllm"))
+    assert "VLLM_API_KEY" not in _env(
+        container_named(_pod_spec(render(), "Deployment", "vllm"), "vllm")
+    )
     with pytest.raises(HelmError, match=r"vllm\.args\.api-key: a flag's value shows in the pod"):
         render({"vllm": {"args": {"api-key": "s3cret"}}})
 
@@ -280,7 +260,7 @@ def test_vllm_reads_its_api_key_and_hf_token_from_secrets_never_from_a_flag() ->
 def test_the_exporter_the_helm_test_and_the_lab_send_vllms_api_key() -> None:
     rendered = render(SECURE)
     spec = _pod_spec(rendered, "Deployment", "vllm")
-    exporter = _container(spec, "glassbox")
+    exporter = container_named(spec, "glassbox")
     files = _secret_files(spec, exporter)
     [token_arg] = [a for a in exporter["args"] if a.startswith("--target-bearer-token-file=")]
     assert files[token_arg.split("=", 1)[1]] == ("vllm-api-key", "api-key")
@@ -303,12 +283,12 @@ def test_in_exporter_mode_each_target_has_its_own_token() -> None:
                                                      "targets": targets}})  # fmt: skip
     a, b = sorted(rendered.of_kind("Deployment"), key=lambda d: d["metadata"]["name"])
     [spec_a], [spec_b] = pod_specs(a), pod_specs(b)
-    args_a = _container(spec_a, "glassbox")["args"]
+    args_a = container_named(spec_a, "glassbox")["args"]
     assert "--target-bearer-token-file=/etc/glassbox/vllm-api-key/token" in args_a
-    assert _secret_files(spec_a, _container(spec_a, "glassbox")) == {
+    assert _secret_files(spec_a, container_named(spec_a, "glassbox")) == {
         "/etc/glassbox/vllm-api-key/token": ("a-key", "token")
     }
-    assert not any("bearer" in arg for arg in _container(spec_b, "glassbox")["args"])
+    assert not any("bearer" in arg for arg in container_named(spec_b, "glassbox")["args"])
     assert "volumes" not in spec_b
 
 
@@ -318,7 +298,7 @@ def test_in_exporter_mode_each_target_has_its_own_token() -> None:
 def test_the_exporter_serves_the_web_config_the_chart_writes_and_mounts_only_its_keys() -> None:
     rendered = render(SECURE)
     spec = _pod_spec(rendered, "Deployment", "vllm")
-    exporter = _container(spec, "glassbox")
+    exporter = container_named(spec, "glassbox")
     secret = rendered.one("Secret", "demo-vllm-glassbox-glassbox-web")
     config = yaml.safe_load(secret["stringData"]["web-config.yml"])
     assert config == {
@@ -336,7 +316,7 @@ def test_the_exporter_serves_the_web_config_the_chart_writes_and_mounts_only_its
         assert exporter[probe]["httpGet"] == {"path": "/healthz", "port": "glassbox",
                                               "scheme": "HTTPS"}  # fmt: skip
     # vLLM's container holds none of the exporter's files.
-    assert _secret_files(spec, _container(spec, "vllm")) == {}
+    assert _secret_files(spec, container_named(spec, "vllm")) == {}
 
 
 @pytest.mark.parametrize("monitor", ["serviceMonitor", "podMonitor"])
@@ -360,7 +340,7 @@ def test_the_monitors_scrape_the_exporter_over_tls_with_basic_auth(monitor: str)
     # vLLM's own /metrics is not the exporter's: plain http, no credentials.
     [vllm_endpoint] = rendered.one(kind, "demo-vllm-glassbox-vllm")["spec"][key]
     assert not {"scheme", "tlsConfig", "basicAuth"} & set(vllm_endpoint)
-    _validate_operator_objects(rendered)
+    check_operator_objects(rendered.manifests)
 
 
 def test_exporter_mode_without_targets_is_refused_with_the_reason_even_with_tls() -> None:
@@ -419,7 +399,7 @@ def test_exporter_mode_with_tls_names_every_targets_service() -> None:
         "--exporter=https://demo-vllm-glassbox-glassbox-qwen-b.llm.svc:9400",
     ]
     assert "Secret" in rendered.kinds()  # the web-config, no basic auth
-    _validate_core(rendered, "1.30.0")
+    check_core_objects(rendered.manifests, "1.30.0")
 
 
 def test_a_web_config_secret_of_your_own_replaces_the_charts() -> None:

@@ -29,7 +29,7 @@ from vllm_glassbox.lab.prometheus_process import PrometheusProcess
 from vllm_glassbox.lab.server_process import ChildProcess, ServerProcess, free_port
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
-from tests.chart_render import CI_DIR, Rendered, containers, render
+from tests.chart_render import CI_DIR, Rendered, container_named, render
 from tests.realstack import GLASSBOX, wait_until
 from tests.test_exporter_security import _scraped_targets
 from tests.tlsfiles import Pki, make_pki
@@ -86,11 +86,6 @@ class Mounted:
         return text.replace("/etc/glassbox/", f"{self.root}/etc/glassbox/")
 
 
-def _container(spec: dict[str, Any], name: str) -> dict[str, Any]:
-    [found] = [c for c in containers(spec) if c["name"] == name]
-    return found
-
-
 @dataclass
 class Secured:
     rendered: Rendered
@@ -125,7 +120,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     secrets = _secrets(rendered, pki, PASSWORD, API_KEY)
     [deployment] = rendered.of_kind("Deployment")
     spec = deployment["spec"]["template"]["spec"]
-    vllm_env = Mounted(spec, _container(spec, "vllm"), secrets, workdir / "vllm").env
+    vllm_env = Mounted(spec, container_named(spec, "vllm"), secrets, workdir / "vllm").env
     assert set(vllm_env) == {"VLLM_API_KEY", "HF_TOKEN"}
     model_dir = generate(TinyModelSpec("tiny-secured"), workdir / "models")
     # The tiny model's flags instead of the rendered 8B's; the environment as rendered.
@@ -133,7 +128,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             "2048", "--kv-cache-memory-bytes", "8388608", "--enforce-eager"]  # fmt: skip
     with ServerProcess(args, workdir / "vllm.log", env=vllm_env) as vllm:
         vllm.wait_ready()
-        exporter = _container(spec, "glassbox")
+        exporter = container_named(spec, "glassbox")
         mounted = Mounted(spec, exporter, secrets, workdir / "exporter")
         port = free_port()
         where = {"--target": vllm.url, "--listen": f"127.0.0.1:{port}",

@@ -66,8 +66,9 @@ app.kubernetes.io/component: exporter
 
 {{/*
 An image reference: [registry/]repository, then @digest when set, else :tag (default:
-the given tag; none when both are empty). The registry is the image's own, else global.imageRegistry (an umbrella
-chart's mirror). Call with (list $ IMAGE-VALUES DEFAULT-TAG).
+the given tag; none when both are empty). The registry is the image's own, else
+global.imageRegistry (an umbrella chart's mirror). Call with
+(list $ IMAGE-VALUES DEFAULT-TAG).
 */}}
 {{- define "vllm-glassbox.imageRef" -}}
 {{- $root := index . 0 }}{{- $image := index . 1 }}
