@@ -340,13 +340,26 @@ def test_the_monitors_scrape_the_exporter_over_tls_with_basic_auth(monitor: str)
     # vLLM's own /metrics is not the exporter's: plain http, no credentials.
     [vllm_endpoint] = rendered.one(kind, "demo-vllm-glassbox-vllm")["spec"][key]
     assert not {"scheme", "tlsConfig", "basicAuth"} & set(vllm_endpoint)
-    check_operator_objects(rendered.manifests)
 
 
 def test_exporter_mode_without_targets_is_refused_with_the_reason_even_with_tls() -> None:
     values = {"mode": "exporter", "exporter": {"tls": {"enabled": True, "secretName": "t"}}}
     with pytest.raises(HelmError, match=r"exporter\.targets: mode exporter needs at least one"):
         render(values)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["serviceMonitor", "podMonitor", "exporter mode"])
+def test_the_locked_down_objects_are_valid_kubernetes_and_operator_objects(variant: str) -> None:
+    values: dict[str, Any] = {**SECURE, "serviceMonitor": {"enabled": variant != "podMonitor"},
+                              "podMonitor": {"enabled": variant == "podMonitor"}}  # fmt: skip
+    if variant == "exporter mode":
+        secured = {k: SECURE["exporter"][k] for k in ("tls", "basicAuth")}
+        values = {**EXPORTER_MODE, "exporter": {**EXPORTER_MODE["exporter"], **secured}}
+    rendered = render(values)
+    for kube in KUBE_VERSIONS:
+        check_core_objects(rendered.manifests, kube)
+    check_operator_objects(rendered.manifests)
 
 
 def test_the_monitors_tls_config_is_merged_over_the_default() -> None:
@@ -399,7 +412,6 @@ def test_exporter_mode_with_tls_names_every_targets_service() -> None:
         "--exporter=https://demo-vllm-glassbox-glassbox-qwen-b.llm.svc:9400",
     ]
     assert "Secret" in rendered.kinds()  # the web-config, no basic auth
-    check_core_objects(rendered.manifests, "1.30.0")
 
 
 def test_a_web_config_secret_of_your_own_replaces_the_charts() -> None:
