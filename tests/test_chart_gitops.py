@@ -11,6 +11,7 @@ its key, the helm test's probe) is in tests/test_chart_secured.py.
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import textwrap
@@ -69,6 +70,12 @@ ARGOCD_API_VERSIONS = (
     "storage.k8s.io/v1",
     "v1",
 )
+
+
+@functools.cache
+def _secure() -> Rendered:
+    """ci/secure-values.yaml rendered once (the tests only read it)."""
+    return render(SECURE)
 
 
 def _pod_spec(rendered: Rendered, kind: str, component: str) -> dict[str, Any]:
@@ -182,7 +189,7 @@ def test_notes_say_why_a_monitor_or_rule_is_absent() -> None:
 
 
 def test_images_take_a_registry_and_a_digest_and_the_digest_replaces_the_tag() -> None:
-    rendered = render(SECURE)
+    rendered = _secure()
     spec = _pod_spec(rendered, "Deployment", "vllm")
     digest = SECURE["image"]["digest"]
     assert container_named(spec, "glassbox")["image"] == (
@@ -206,7 +213,7 @@ def test_images_take_a_registry_and_a_digest_and_the_digest_replaces_the_tag() -
 
 
 def test_runtime_class_and_topology_spread_reach_the_pods() -> None:
-    spec = _pod_spec(render(SECURE), "Deployment", "vllm")
+    spec = _pod_spec(_secure(), "Deployment", "vllm")
     assert spec["runtimeClassName"] == "nvidia"
     assert spec["topologySpreadConstraints"] == SECURE["vllm"]["topologySpreadConstraints"]
     spread = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
@@ -243,7 +250,7 @@ def _secret_files(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, 
 
 
 def test_vllm_reads_its_api_key_and_hf_token_from_secrets_never_from_a_flag() -> None:
-    rendered = render(SECURE)
+    rendered = _secure()
     spec = _pod_spec(rendered, "Deployment", "vllm")
     vllm = container_named(spec, "vllm")
     env = _env(vllm)
@@ -258,7 +265,7 @@ def test_vllm_reads_its_api_key_and_hf_token_from_secrets_never_from_a_flag() ->
 
 
 def test_the_exporter_the_helm_test_and_the_lab_send_vllms_api_key() -> None:
-    rendered = render(SECURE)
+    rendered = _secure()
     spec = _pod_spec(rendered, "Deployment", "vllm")
     exporter = container_named(spec, "glassbox")
     files = _secret_files(spec, exporter)
@@ -296,7 +303,7 @@ def test_in_exporter_mode_each_target_has_its_own_token() -> None:
 
 
 def test_the_exporter_serves_the_web_config_the_chart_writes_and_mounts_only_its_keys() -> None:
-    rendered = render(SECURE)
+    rendered = _secure()
     spec = _pod_spec(rendered, "Deployment", "vllm")
     exporter = container_named(spec, "glassbox")
     secret = rendered.one("Secret", "demo-vllm-glassbox-glassbox-web")
@@ -380,7 +387,7 @@ def test_the_monitors_tls_config_is_merged_over_the_default() -> None:
 
 
 def test_the_helm_test_trusts_the_ca_and_holds_no_private_key() -> None:
-    rendered = render(SECURE)
+    rendered = _secure()
     [pod] = rendered.of_kind("Pod")
     probe = pod["spec"]["containers"][0]
     assert probe["args"][0] == "--exporter=https://demo-vllm-glassbox-glassbox.llm.svc:9400"
