@@ -7,14 +7,16 @@ checks the deadline between chunks. Bodies are read raw and inflated here with a
 so a gzip bomb costs at most the cap, whatever the server claims.
 
 A vLLM behind a TLS or token-checking proxy is reached with `TargetCredentials`: a CA to
-trust, a client certificate, a bearer token. The files are watched, not read once: the
-token file is read for every request and the certificates are reloaded when one of
+trust, a client certificate, a bearer token (or basic auth: `glassbox probe` reads an
+exporter that asks for it). The files are watched, not read once: the token and
+password files are read for every request and the certificates are reloaded when one of
 their files changes, so rotation (cert-manager, projected ServiceAccount tokens) works
 without a restart. No credential ever goes into a message.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import socket
@@ -82,6 +84,8 @@ class TargetCredentials:
     cert_file: str | None = None  # our client certificate (with key_file)
     key_file: str | None = None
     bearer_token_file: str | None = None  # `Authorization: Bearer <the file's content>`
+    username_file: str | None = None  # basic auth, with password_file
+    password_file: str | None = None
 
     @property
     def tls_files(self) -> tuple[str, ...]:
@@ -105,6 +109,14 @@ def read_token(path: str) -> str:
     if not token:
         raise ValueError("the file is empty")
     return token.decode("ascii")
+
+
+def _read_secret(path: str, what: str) -> str:
+    try:
+        return read_token(path)
+    except (OSError, ValueError) as e:  # never the secret itself in the message
+        reason = f"cannot read the {what} file {path}: {plain_reason(e)}"
+        raise ScrapeError("connect", reason) from None
 
 
 def _file_signature(paths: tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
@@ -171,14 +183,15 @@ class Fetcher:
         return self._client
 
     def _auth_headers(self) -> dict[str, str]:
-        path = self.credentials.bearer_token_file
-        if path is None:
-            return {}
-        try:
-            return {"Authorization": f"Bearer {read_token(path)}"}
-        except (OSError, ValueError) as e:  # never the token itself in the message
-            reason = f"cannot read the bearer token file {path}: {plain_reason(e)}"
-            raise ScrapeError("connect", reason) from None
+        c = self.credentials
+        if c.bearer_token_file is not None:
+            return {"Authorization": f"Bearer {_read_secret(c.bearer_token_file, 'bearer token')}"}
+        if c.username_file is not None and c.password_file is not None:
+            user = _read_secret(c.username_file, "user name")
+            password = _read_secret(c.password_file, "password")
+            pair = base64.b64encode(f"{user}:{password}".encode()).decode()
+            return {"Authorization": f"Basic {pair}"}
+        return {}
 
     def close(self) -> None:
         self._client.close()
@@ -260,9 +273,14 @@ class Fetcher:
             ) from None
 
 
-def fetch_once(base_url: str, path: str, timeout_seconds: float) -> str:
+def fetch_once(
+    base_url: str,
+    path: str,
+    timeout_seconds: float,
+    credentials: TargetCredentials | None = None,
+) -> str:
     """One GET of base_url + path with a Fetcher of its own; raises ScrapeError."""
-    fetcher = Fetcher(base_url, timeout_seconds)
+    fetcher = Fetcher(base_url, timeout_seconds, credentials=credentials)
     try:
         return fetcher.get_text(path)
     finally:

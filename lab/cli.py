@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from vllm_glassbox.exporter.errors import plain_reason
+from vllm_glassbox.exporter.fetch import read_token
 from vllm_glassbox.lab.backend import Backend
 from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
 from vllm_glassbox.lab.plan import Plan, PlanError, resolve_plan
@@ -36,6 +38,19 @@ from vllm_glassbox.logs import add_log_level_flag, set_up_logging
 from vllm_glassbox.units import parse_host_port
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def vllm_api_key() -> str | None:
+    """vLLM's API key for the lab's requests: the file VLLM_API_KEY_FILE names (the chart
+    mounts it from a Secret), else VLLM_API_KEY as vLLM itself reads it (a local vLLM
+    inherits it too). Never written to the results."""
+    path = os.environ.get("VLLM_API_KEY_FILE")
+    if path:
+        try:
+            return read_token(path)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"VLLM_API_KEY_FILE: cannot read {path}: {plain_reason(e)}") from None
+    return os.environ.get("VLLM_API_KEY") or None
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -139,6 +154,7 @@ def run(args: argparse.Namespace, prog: str) -> int:
             raise ValueError(f"--metrics-listen: {e}") from None
         if args.prometheus and not args.prometheus.startswith(("http://", "https://")):
             raise ValueError(f"--prometheus: {args.prometheus!r} is not an http(s) URL")
+        api_key = vllm_api_key()
     except (PlanError, ValueError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -181,7 +197,7 @@ def run(args: argparse.Namespace, prog: str) -> int:
                 write_outputs(results, out)
 
             peak = resolve_peak(plan, progress)
-            lab = Lab(backend, progress, observers, publish=publish, peak=peak)
+            lab = Lab(backend, progress, observers, publish=publish, peak=peak, api_key=api_key)
             if kind == "local" and plan.local is not None and plan.local.exporter:
                 observers.append(
                     ExporterBeside(

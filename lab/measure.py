@@ -77,10 +77,16 @@ class Measured:
 class VllmClient:
     """The OpenAI-compatible server under test: /metrics and /v1/completions."""
 
-    def __init__(self, url: str, model: str, request_timeout: float = 1800.0) -> None:
+    def __init__(
+        self, url: str, model: str, request_timeout: float = 1800.0, api_key: str | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.model = model
-        self._http = httpx.Client(timeout=httpx.Timeout(request_timeout, connect=10.0))
+        # vLLM started with --api-key checks it on /v1/*; /metrics stays open.
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(request_timeout, connect=10.0), headers=headers
+        )
         # The exporter's fetcher: a hard deadline and a byte cap, whatever vLLM does.
         self._pages = Fetcher(self.url, timeout_seconds=10.0)
 
@@ -104,6 +110,11 @@ class VllmClient:
             r = self._http.post(self.url + "/v1/completions", json=dict(body))
         except httpx.HTTPError as e:
             raise LabError(f"completion request failed: {type(e).__name__}: {e}") from None
+        if r.status_code == 401:
+            raise LabError(
+                "vLLM answered HTTP 401: it was started with an API key; give the lab the "
+                "same key in VLLM_API_KEY"
+            )
         if r.status_code != 200:
             raise LabError(f"vLLM answered HTTP {r.status_code}: {r.text[:500]}")
         data = r.json()

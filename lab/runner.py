@@ -50,6 +50,7 @@ class Lab:
     publish: Callable[[LabResults], None] = lambda results: None
     wall: Callable[[], float] = time.time
     peak: Peak | None = None  # the hardware's peak memory bandwidth, when known
+    api_key: str | None = field(default=None, repr=False)  # vLLM's --api-key, sent, never kept
     results: LabResults = field(init=False)
 
     @property
@@ -118,7 +119,7 @@ class Lab:
             t0 = time.monotonic()
             deployed = self.backend.deploy(overrides)
             startup_seconds = time.monotonic() - t0
-            client = VllmClient(deployed.url, deployed.served_model_name)
+            client = VllmClient(deployed.url, deployed.served_model_name, api_key=self.api_key)
             try:
                 first = client.snapshot()
                 startup = startup_facts(

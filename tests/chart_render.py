@@ -57,8 +57,9 @@ def render(
     api_versions: tuple[str, ...] = MONITORING_APIS,
     name: str = "demo",
     namespace: str = "llm",
+    chart_dir: Path = CHART,
 ) -> Rendered:
-    chart = helm.Chart.load(CHART)
+    chart = helm.Chart.load(chart_dir)
     options = {
         "name": name,
         "namespace": namespace,
@@ -114,3 +115,35 @@ def pod_specs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 
 def containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return [*spec.get("initContainers", []), *spec.get("containers", [])]
+
+
+def container_named(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    [found] = [c for c in containers(spec) if c["name"] == name]
+    return found
+
+
+def check_core_objects(manifests: list[dict[str, Any]], kube: str) -> None:
+    """Every object but the operator's against Kubernetes' schema for `kube`, strictly:
+    raises on an unknown field, a wrong type or a kind this version lacks."""
+    import kubernetes_validate
+
+    for manifest in manifests:
+        if manifest["kind"] not in OPERATOR_KINDS:
+            kubernetes_validate.validate(manifest, kube, strict=True)
+
+
+def check_operator_objects(manifests: list[dict[str, Any]]) -> None:
+    """The ServiceMonitors, PodMonitors and PrometheusRules read back by the operator's
+    typed models with no field lost (the models ignore unknown keys)."""
+    # Imported here: the models take seconds to import, which only their tests should pay.
+    from cloudcoil.models.prometheus_operator import v1 as monitoring
+
+    models = {
+        "ServiceMonitor": monitoring.ServiceMonitor,
+        "PodMonitor": monitoring.PodMonitor,
+        "PrometheusRule": monitoring.PrometheusRule,
+    }
+    for manifest in (m for m in manifests if m["kind"] in OPERATOR_KINDS):
+        model = models[manifest["kind"]].model_validate(manifest)
+        back = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
+        assert back["spec"] == manifest["spec"], manifest["metadata"]["name"]

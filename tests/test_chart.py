@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 from vllm_glassbox.lab.kubernetes import Timeouts
@@ -31,11 +30,13 @@ from tests.chart_render import (
     CHART,
     CI_DIR,
     KUBE_VERSIONS,
-    OPERATOR_KINDS,
     REPO,
     HelmError,
     Rendered,
+    check_core_objects,
+    check_operator_objects,
     ci_values,
+    container_named,
     containers,
     pod_specs,
     render,
@@ -86,11 +87,7 @@ def test_every_ci_values_file_renders_valid_objects_on_every_kubernetes_version(
         return
     rendered = rendered_ci(name, kube)
     assert rendered.manifests
-    for manifest in rendered.manifests:
-        if manifest["kind"] in OPERATOR_KINDS:
-            continue
-        # Raises on an unknown field, a wrong type or a kind this version lacks.
-        kubernetes_validate.validate(manifest, kube, strict=True)
+    check_core_objects(rendered.manifests, kube)
 
 
 @pytest.mark.parametrize("name", sorted(CI))
@@ -178,20 +175,7 @@ def test_values_that_break_a_cross_field_rule_are_refused_with_the_reason(
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CI))
 def test_operator_objects_are_valid_typed_models_with_no_unknown_field(name: str) -> None:
-    # Imported here: the models take seconds to import, which only this test should pay.
-    from cloudcoil.models.prometheus_operator import v1 as monitoring
-
-    models = {
-        "ServiceMonitor": monitoring.ServiceMonitor,
-        "PodMonitor": monitoring.PodMonitor,
-        "PrometheusRule": monitoring.PrometheusRule,
-    }
-    rendered = rendered_ci(name, "1.34.0")
-    for manifest in (m for m in rendered.manifests if m["kind"] in OPERATOR_KINDS):
-        model = models[manifest["kind"]].model_validate(manifest)
-        # The models ignore unknown keys: a field lost on the way back is one they lack.
-        back = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
-        assert back["spec"] == manifest["spec"], manifest["metadata"]["name"]
+    check_operator_objects(rendered_ci(name, "1.34.0").manifests)
 
 
 def test_monitoring_objects_follow_auto_true_and_false() -> None:
@@ -377,11 +361,6 @@ def _deployment(rendered: Rendered) -> dict[str, Any]:
     return deployment
 
 
-def _container(spec: dict[str, Any], name: str) -> dict[str, Any]:
-    [found] = [c for c in containers(spec) if c["name"] == name]
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "kube"), _supported_cases())
 def test_every_pod_passes_pod_security_restricted_and_mounts_no_token_but_the_labs(
@@ -406,7 +385,7 @@ def test_the_vllm_deployment_is_recreated_and_its_probe_budgets_are_ordered(name
     deployment = _deployment(rendered_ci(name, "1.34.0"))
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert "podDisruptionBudget" not in json.dumps(values)
-    startup = _container(deployment["spec"]["template"]["spec"], "vllm")["startupProbe"]
+    startup = container_named(deployment["spec"]["template"]["spec"], "vllm")["startupProbe"]
     budget = (
         startup.get("initialDelaySeconds", 0)
         + startup["periodSeconds"] * startup["failureThreshold"]
@@ -430,7 +409,7 @@ def test_the_lab_timeout_default_is_the_labs_own() -> None:
 def test_the_sidecar_reads_vllms_log_file_and_weights_read_only() -> None:
     rendered = rendered_ci("sidecar-values.yaml", "1.30.0")
     spec = _deployment(rendered)["spec"]["template"]["spec"]
-    vllm, exporter = _container(spec, "vllm"), _container(spec, "glassbox")
+    vllm, exporter = container_named(spec, "vllm"), container_named(spec, "glassbox")
     logging_map = rendered.one("ConfigMap", "demo-vllm-glassbox-vllm-logging")
     config = json.loads(logging_map["data"]["logging.json"])
     log_file = config["handlers"]["file"]["filename"]
@@ -466,7 +445,7 @@ def test_shm_only_for_parallel_workers_and_dra_claims_the_gpu() -> None:
     assert spec["resourceClaims"] == [
         {"name": "gpu", "resourceClaimTemplateName": template["metadata"]["name"]}
     ]
-    assert _container(spec, "vllm")["resources"] == {"claims": [{"name": "gpu"}]}
+    assert container_named(spec, "vllm")["resources"] == {"claims": [{"name": "gpu"}]}
     request = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert request["deviceClassName"] == "gpu.nvidia.com" and request["count"] == 1
 
@@ -490,7 +469,7 @@ def test_exporter_mode_renders_one_exporter_per_target() -> None:
     ]
     b = deployments["demo-vllm-glassbox-glassbox-qwen-b"]
     assert b["spec"]["replicas"] == 1
-    args = _container(b["spec"]["template"]["spec"], "glassbox")["args"]
+    args = container_named(b["spec"]["template"]["spec"], "glassbox")["args"]
     assert args[0] == "--target=http://vllm-b.inference.svc:8000"
     assert "--gpu=A100-80GB" in args and "--weights-bytes=15.2e9" in args
     assert not any(a.startswith("--vllm-log") for a in args)
@@ -515,7 +494,7 @@ def test_the_network_policy_admits_prometheus_to_the_exporter_and_clients_to_vll
 
 def _vllm_args(name: str) -> list[str]:
     spec = _deployment(rendered_ci(name, "1.34.0"))["spec"]["template"]["spec"]
-    args: list[str] = _container(spec, "vllm")["args"]
+    args: list[str] = container_named(spec, "vllm")["args"]
     return args
 
 
@@ -628,7 +607,7 @@ def test_the_lab_job_runs_the_rendered_plan_against_the_rendered_deployment(tmp_
     assert target.url == f"http://{service['metadata']['name']}.llm.svc:8000"
     assert target.rollout_timeout_seconds == 1800
     assert [p.kind for p in plan.phases] == ["quantization", "kv-pressure"]
-    lab = _container(spec, "lab")
+    lab = container_named(spec, "lab")
     assert lab["command"][:4] == ["glassbox", "lab", "run", "/plan/plan.yaml"]
     assert lab["image"] == "vllm-glassbox:0.1.0-lab"
     account = spec["serviceAccountName"]
@@ -652,7 +631,7 @@ def test_the_labs_role_allows_what_the_backend_does_on_the_rendered_deployment_o
     [deploy_rule] = [r for r in rules if "deployments" in r["resources"]]
     assert deploy_rule["resourceNames"] == [deployment["metadata"]["name"]]
     spec = deployment["spec"]["template"]["spec"]
-    vllm = _container(spec, "vllm")
+    vllm = container_named(spec, "vllm")
     # The API double holds a Deployment shaped like the rendered one: its name, its
     # containers (the exporter first, vLLM's args as rendered; the tiny KV pool is the
     # only change, so the double's fake vLLM serves it).

@@ -32,6 +32,7 @@ from vllm_glassbox.exporter.webconfig import (
     load_web_config,
 )
 from vllm_glassbox.lab.prometheus_process import PrometheusProcess
+from vllm_glassbox.probe import main as probe_main
 from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
 from tests.k8s_double import wait_until
@@ -185,6 +186,32 @@ def test_tls_and_basic_auth_guard_metrics(tmp_path: Path, pki: Pki) -> None:
             httpx.get(url.replace("https", "http") + "/healthz", timeout=10)
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             get(url + "/healthz", ssl.create_default_context())  # the system's CAs
+
+
+def test_the_probe_reads_an_exporter_over_tls_with_basic_auth_from_files(
+    tmp_path: Path, pki: Pki, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`glassbox probe` as the chart's helm test runs it against a locked-down exporter."""
+    web = write_web_config(tmp_path / "web.yml", pki, {USER: bcrypt_hash(PASSWORD)})
+    (tmp_path / "username").write_text(USER + "\n")
+    (tmp_path / "password").write_text(PASSWORD + "\n")
+    files = ["--username-file", str(tmp_path / "username"),
+             "--password-file", str(tmp_path / "password")]  # fmt: skip
+    with Misbehaving(FakeVllm()) as target:
+        target.behave(healthy(target.fake))
+        with exporter(web, target.url) as url:
+            args = ["--exporter", url, "--ca-file", str(pki.ca), *files]
+            wait_until(lambda: probe_main(args) == 0, timeout=30)  # after its first poll
+            capsys.readouterr()
+            (tmp_path / "password").write_text("guess-4711")
+            assert probe_main(args) == 1
+            assert probe_main(["--exporter", url, *files]) == 1  # the CA not trusted
+    out = capsys.readouterr().out
+    assert f"exporter {url}: FAILED: /metrics: HTTP 401" in out
+    assert "CERTIFICATE_VERIFY_FAILED" in out
+    assert PASSWORD not in out and "guess-4711" not in out
+    with pytest.raises(SystemExit):
+        probe_main(["--exporter", url, "--username-file", str(tmp_path / "username")])
 
 
 def test_client_certificates_are_required_when_configured(tmp_path: Path, pki: Pki) -> None:

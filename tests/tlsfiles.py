@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +42,9 @@ def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
     )
 
 
-def make_pki(directory: Path, name: str = "test") -> Pki:
-    """A CA named `name`, and a server and a client certificate it signed."""
+def make_pki(directory: Path, name: str = "test", server_names: Sequence[str] = ()) -> Pki:
+    """A CA named `name`, and a server and a client certificate it signed (the server's
+    for loopback and the DNS names in `server_names`)."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     valid = (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=1))
@@ -98,6 +100,7 @@ def make_pki(directory: Path, name: str = "test") -> Pki:
         x509.DNSName("localhost"),
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
         x509.IPAddress(ipaddress.ip_address("::1")),
+        *(x509.DNSName(n) for n in server_names),
     ]
     server = leaf("server", ExtendedKeyUsageOID.SERVER_AUTH, loopback)
     client = leaf("client", ExtendedKeyUsageOID.CLIENT_AUTH, [])

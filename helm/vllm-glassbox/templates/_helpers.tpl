@@ -64,21 +64,66 @@ app.kubernetes.io/component: exporter
 {{- end }}
 {{- end }}
 
+{{/*
+An image reference: [registry/]repository, then @digest when set, else :tag (default:
+the given tag; none when both are empty). The registry is the image's own, else
+global.imageRegistry (an umbrella chart's mirror). Call with
+(list $ IMAGE-VALUES DEFAULT-TAG).
+*/}}
+{{- define "vllm-glassbox.imageRef" -}}
+{{- $root := index . 0 }}{{- $image := index . 1 }}
+{{- $registry := default (($root.Values.global | default dict).imageRegistry | default "") $image.registry }}
+{{- $name := ternary (printf "%s/%s" (trimSuffix "/" $registry) $image.repository) $image.repository (ne $registry "") }}
+{{- if $image.digest }}{{ printf "%s@%s" $name $image.digest }}
+{{- else if (default (index . 2) $image.tag) }}{{ printf "%s:%s" $name (default (index . 2) $image.tag) }}
+{{- else }}{{ $name }}
+{{- end }}
+{{- end }}
+
 {{- define "vllm-glassbox.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- include "vllm-glassbox.imageRef" (list . .Values.image .Chart.AppVersion) }}
 {{- end }}
 
 {{- define "vllm-glassbox.labImage" -}}
-{{- printf "%s:%s" .Values.lab.image.repository (default (printf "%s-lab" .Chart.AppVersion) .Values.lab.image.tag) }}
+{{- include "vllm-glassbox.imageRef" (list . .Values.lab.image (printf "%s-lab" .Chart.AppVersion)) }}
+{{- end }}
+
+{{- define "vllm-glassbox.vllmImage" -}}
+{{- include "vllm-glassbox.imageRef" (list . .Values.vllm.image "") }}
 {{- end }}
 
 {{/*
-Whether a monitoring object is rendered: "auto" when the cluster serves the kind,
-true always, false never. Call with (list $ .Values.x.enabled "monitoring.coreos.com/v1/Kind").
+Whether a monitoring object is rendered: "auto" when the cluster serves its kind, true
+always, false never (and never while the chart is off). The kind is detected by its API
+group/version: a list that names kinds (Helm's own discovery) must name this one; a list
+of group/versions only (Argo CD, `helm template --api-versions monitoring.coreos.com/v1`)
+is trusted for every kind of the group/version. Call with
+(list $ .Values.x.enabled "monitoring.coreos.com/v1/Kind").
 */}}
 {{- define "vllm-glassbox.enabled" -}}
 {{- $root := index . 0 }}{{- $setting := toString (index . 1) }}{{- $api := index . 2 }}
-{{- if or (eq $setting "true") (and (eq $setting "auto") ($root.Capabilities.APIVersions.Has $api)) }}true{{ end }}
+{{- if and $root.Values.enabled (or (eq $setting "true") (and (eq $setting "auto") (include "vllm-glassbox.served" (list $root $api)))) }}true{{ end }}
+{{- end }}
+
+{{/* Why a monitoring object is not rendered, for NOTES. Call with (list $ VALUES-NAME). */}}
+{{- define "vllm-glassbox.whyNot" -}}
+{{- $what := index . 1 }}{{- $kind := printf "%s%s" (upper (substr 0 1 $what)) (substr 1 -1 $what) }}
+{{- if ne (toString (index (index . 0).Values $what).enabled) "auto" }}{{ $what }}.enabled is false.
+{{- else }}{{ $what }}.enabled is auto, and Helm was
+  not told that the cluster serves {{ $kind }} of monitoring.coreos.com/v1 (with helm
+  template or GitOps: --api-versions monitoring.coreos.com/v1, or {{ $what }}.enabled: true).
+{{- end }}
+{{- end }}
+
+{{/* Whether the cluster serves "group/version/Kind", as above. Call with (list $ API). */}}
+{{- define "vllm-glassbox.served" -}}
+{{- $root := index . 0 }}{{- $api := index . 1 }}
+{{- $groupVersion := regexReplaceAll "/[^/]*$" $api "" }}
+{{- $namesKinds := false }}
+{{- range $root.Capabilities.APIVersions }}
+{{- if hasPrefix (printf "%s/" $groupVersion) . }}{{ $namesKinds = true }}{{ end }}
+{{- end }}
+{{- if or ($root.Capabilities.APIVersions.Has $api) (and (not $namesKinds) ($root.Capabilities.APIVersions.Has $groupVersion)) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -130,7 +175,8 @@ lies on the weights volume. */}}
 {{- end }}
 
 {{/*
-The exporter's args. Call with (dict "root" $ "target" URL "t" TARGET-OVERRIDES).
+The exporter's args. Call with (dict "root" $ "target" URL "t" TARGET-OVERRIDES "secrets"
+EXPORTER-SECRETS), the last from vllm-glassbox.exporterSecrets.
 */}}
 {{- define "vllm-glassbox.exporterArgs" -}}
 {{- $e := .root.Values.exporter }}{{- $t := .t }}
@@ -143,8 +189,65 @@ The exporter's args. Call with (dict "root" $ "target" URL "t" TARGET-OVERRIDES)
 {{- if $gpu }}{{ $args = append $args (printf "--gpu=%s" $gpu) }}
 {{- else if $bandwidth }}{{ $args = append $args (printf "--gpu-memory-bandwidth=%s" (include "vllm-glassbox.scalar" $bandwidth)) }}
 {{- end }}
-{{- range (concat $e.extraArgs (default list $t.extraArgs)) }}{{ $args = append $args . }}{{ end }}
+{{- range (concat .secrets.args $e.extraArgs (default list $t.extraArgs)) }}{{ $args = append $args . }}{{ end }}
 {{- toJson $args }}
+{{- end }}
+
+{{- define "vllm-glassbox.webConfigOn" -}}
+{{- if or .Values.exporter.tls.enabled .Values.exporter.basicAuth.enabled }}true{{ end }}
+{{- end }}
+
+{{- define "vllm-glassbox.webConfigSecretName" -}}
+{{- default (printf "%s-web" (include "vllm-glassbox.exporterName" .)) .Values.exporter.webConfigSecret }}
+{{- end }}
+
+{{/*
+The exporter's files from Secrets, as JSON {args, mounts, volumes}: its web-config (TLS
+and basic auth of its port), the TLS certificate and key, and the token it sends to vLLM.
+Only the keys each one needs are mounted. Call with (dict "root" $ "apiKey" {existingSecret, key}).
+*/}}
+{{- define "vllm-glassbox.exporterSecrets" -}}
+{{- $e := .root.Values.exporter }}
+{{- $args := list }}{{- $mounts := list }}{{- $volumes := list }}
+{{- if include "vllm-glassbox.webConfigOn" .root }}
+{{- $args = append $args "--web-config-file=/etc/glassbox/web/web-config.yml" }}
+{{- $mounts = append $mounts (dict "name" "web-config" "mountPath" "/etc/glassbox/web" "readOnly" true) }}
+{{- $volumes = append $volumes (dict "name" "web-config" "secret" (dict "secretName" (include "vllm-glassbox.webConfigSecretName" .root))) }}
+{{- end }}
+{{- if $e.tls.enabled }}
+{{- $mounts = append $mounts (dict "name" "tls" "mountPath" "/etc/glassbox/tls" "readOnly" true) }}
+{{- $items := list (dict "key" "tls.crt" "path" "tls.crt") (dict "key" "tls.key" "path" "tls.key") }}
+{{- $volumes = append $volumes (dict "name" "tls" "secret" (dict "secretName" $e.tls.secretName "items" $items)) }}
+{{- end }}
+{{- with .apiKey }}{{ if .existingSecret }}
+{{- $args = append $args "--target-bearer-token-file=/etc/glassbox/vllm-api-key/token" }}
+{{- $mounts = append $mounts (dict "name" "vllm-api-key" "mountPath" "/etc/glassbox/vllm-api-key" "readOnly" true) }}
+{{- $volumes = append $volumes (dict "name" "vllm-api-key" "secret" (dict "secretName" .existingSecret "items" (list (dict "key" .key "path" "token")))) }}
+{{- end }}{{ end }}
+{{- toJson (dict "args" $args "mounts" $mounts "volumes" $volumes) }}
+{{- end }}
+
+{{/*
+How Prometheus scrapes the exporter's port: scheme, tlsConfig and basicAuth of a
+ServiceMonitor endpoint or a PodMetricsEndpoint, as YAML to indent. The TLS default trusts
+ca.crt of exporter.tls.secretName and checks the name of the exporter's Service (in
+exporter mode the first target's; the certificate names them all); the monitor's
+tlsConfig is merged over it. Call with (list $ MONITOR-VALUES).
+*/}}
+{{- define "vllm-glassbox.exporterScrapeAuth" -}}
+{{- $root := index . 0 }}{{- $m := index . 1 }}{{- $e := $root.Values.exporter }}
+{{- if $e.tls.enabled }}
+{{- $service := include "vllm-glassbox.exporterName" $root }}
+{{- if and (eq $root.Values.mode "exporter") $e.targets }}{{ $service = include "vllm-glassbox.targetName" (list $root (first $e.targets).name) }}{{ end }}
+{{- $default := dict "ca" (dict "secret" (dict "name" $e.tls.secretName "key" "ca.crt")) "serverName" (printf "%s.%s.svc" $service $root.Release.Namespace) }}
+scheme: https
+tlsConfig: {{- toYaml (merge (deepCopy $m.tlsConfig) $default) | nindent 2 }}
+{{- end }}
+{{- if $e.basicAuth.enabled }}
+basicAuth:
+  username: {name: {{ $e.basicAuth.secretName }}, key: username}
+  password: {name: {{ $e.basicAuth.secretName }}, key: password}
+{{- end }}
 {{- end }}
 
 {{/* The exporter's container (sidecar or alone). Call with (dict "root" $ "args" JSON-LIST "mounts" LIST). */}}
@@ -159,12 +262,13 @@ ports:
   - name: glassbox
     containerPort: {{ $e.port }}
     protocol: TCP
-livenessProbe:  # the exporter's own health: a vLLM outage must not restart it
-  httpGet: {path: /healthz, port: glassbox}
+{{- $scheme := ternary ", scheme: HTTPS" "" (eq (toString $e.tls.enabled) "true") }}
+livenessProbe:  # the exporter's own health (no credentials needed): a vLLM outage must not restart it
+  httpGet: {path: /healthz, port: glassbox{{ $scheme }}}
   periodSeconds: 10
   timeoutSeconds: 5
 readinessProbe:
-  httpGet: {path: /healthz, port: glassbox}
+  httpGet: {path: /healthz, port: glassbox{{ $scheme }}}
   periodSeconds: 10
   timeoutSeconds: 5
 resources: {{- toYaml $e.resources | nindent 2 }}
