@@ -98,6 +98,14 @@ LAST_SUCCESS = gauge(
 )
 BUILD_INFO = gauge("glassbox_build_info", "The exporter's version.", ("version",))
 VLLM_INFO = gauge("glassbox_vllm_info", "vLLM's version (from /version).", ("version",))
+INPUT_UNRECOGNISED = gauge(
+    "glassbox_input_unrecognised",
+    "1 for each shape of vLLM's log or page that glassbox does not read or cannot place "
+    "(source: log or page; shape: unknown_process_prefix, unplaced_engine, "
+    "experts_across_engines, v0_engine_steps, hybrid_kv_groups): the series it would "
+    "feed are absent, not guessed.",
+    ("source", "shape"),
+)
 WEB_CONFIG_RELOAD = gauge(
     "glassbox_web_config_last_reload_successful",
     "Whether the last change of --web-config-file (or a file it names) loaded; "
@@ -347,6 +355,7 @@ ALL: tuple[Family, ...] = (
     KV_EXHAUSTION,
     FIRST_PREFILL,
     WARM_PREFILL,
+    INPUT_UNRECOGNISED,
     WEB_CONFIG_RELOAD,
 )
 BY_NAME: dict[str, Family] = {family.name: family for family in ALL}

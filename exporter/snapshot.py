@@ -72,10 +72,15 @@ _GAUGES: dict[str, tuple[str, ...]] = {
 }
 _CACHE_CONFIG = "vllm:cache_config_info"
 _PROCESS_START = "process_start_time_seconds"
+# Numbers in cache_config_info for hybrid (attention + mamba) models only (0.11+; other
+# models show "None", or "False" on some builds).
+_MAMBA_LABELS = ("mamba_page_size_padded", "mamba_block_size")
+# Series only the V0 engine shows (its swap-based scheduler).
+_V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
 
 WANTED_SAMPLES: frozenset[str] = frozenset(
     [n for names in (*_COUNTERS.values(), *_GAUGES.values()) for n in names]
-    + [_ACCEPTED_PER_POS, _CACHE_CONFIG, _PROCESS_START]
+    + [_ACCEPTED_PER_POS, _CACHE_CONFIG, _PROCESS_START, *_V0_ONLY]
 )
 
 
@@ -95,6 +100,7 @@ class CacheConfig:
     kv_cache_size_tokens: int | None  # v0.24+, per engine
     kv_cache_memory_bytes: int | None  # only when the user set it
     gpu_memory_utilization: float | None
+    hybrid: bool = False  # mamba labels set: KV blocks shared by layer groups
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,9 @@ class Snapshot:
     engines: Mapping[EngineKey, EngineSample]
     cache: Mapping[str, CacheConfig] = field(default_factory=dict)  # by engine label
     process_start_time: float | None = None
+    # Shapes of the page glassbox does not read, with a sentence showing each
+    # (`glassbox_input_unrecognised{source="page"}`).
+    unrecognised: Mapping[str, str] = field(default_factory=dict)
 
     def cache_for(self, key: EngineKey) -> CacheConfig | None:
         return self.cache.get(key.engine)
@@ -161,6 +170,7 @@ def _cache_configs(series: Mapping[Labels, float] | None) -> dict[str, CacheConf
             kv_cache_size_tokens=_int_label(d, "kv_cache_size_tokens"),
             kv_cache_memory_bytes=_int_label(d, "kv_cache_memory_bytes"),
             gpu_memory_utilization=_float_label(d, "gpu_memory_utilization"),
+            hybrid=any((_int_label(d, name) or 0) > 0 for name in _MAMBA_LABELS),
         )
         for engine, d in by_engine.items()
     }
@@ -208,11 +218,29 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
             "the page has no vllm: series (is vLLM started with --disable-log-stats?)",
         )
     start = samples.get(_PROCESS_START, {}).get((), None)
+    unrecognised: dict[str, str] = {}
+    if _is_v0(samples) and any(ENGINE_STEPS in c for c in counters.values()):
+        # V0 observes iteration_tokens_total on every periodic stats log too, with 0
+        # tokens: its count is no count of engine steps, so nothing is derived from it.
+        unrecognised["v0_engine_steps"] = (
+            "V0 page: vllm:iteration_tokens_total counts 0-token observations"
+        )
+        for engine_counters in counters.values():
+            engine_counters.pop(ENGINE_STEPS, None)
     return Snapshot(
         engines={k: EngineSample(counters.get(k, {}), gauges.get(k, {})) for k in sorted(keys)},
         cache=_cache_configs(samples.get(_CACHE_CONFIG)),
         process_start_time=start,
+        unrecognised=unrecognised,
     )
+
+
+def _is_v0(samples: Samples) -> bool:
+    """A page of the V0 engine: its own series, or counters without V1's engine label."""
+    if any(name in samples for name in _V0_ONLY):
+        return True
+    series = samples.get("vllm:generation_tokens_total", {})
+    return bool(series) and not any("engine" in dict(labels) for labels in series)
 
 
 def read_snapshot(text: str, limits: Limits = DEFAULT_LIMITS) -> Snapshot:

@@ -246,7 +246,7 @@ def test_follower_drops_a_runaway_line_and_keeps_going(tmp_path: Path) -> None:
 def test_v0_11_data_parallel_engines_each_log_a_full_copy_counted_once() -> None:
     facts = read_facts(log("v0.11.0-dp2.log"))
     assert (facts.tensor_parallel, facts.pipeline_parallel, facts.data_parallel) == (1, 1, 2)
-    assert facts.weights_by_engine() == {0: [14.9935 * GIB], 1: [14.9935 * GIB]}
+    assert facts.weights_by_engine() == {"DP0": [14.9935 * GIB], "DP1": [14.9935 * GIB]}
     assert whole_model(facts) == pytest.approx(14.9935 * GIB)  # summing every line: 29.99
 
 
