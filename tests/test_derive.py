@@ -547,3 +547,35 @@ def test_load_bandwidth_is_weights_over_the_load_stage() -> None:
     assert derive.model_load_bytes_per_second(None, 0.5) is None
     assert derive.model_load_bytes_per_second(15.3e9, None) is None
     assert derive.model_load_bytes_per_second(15.3e9, 0.0) is None
+
+
+# --- numbers that cannot be are never published ---------------------------------------------
+
+
+def test_tokens_per_engine_step_below_one_is_absent_not_published() -> None:
+    # V0's 0-token observations: 1000 tokens over 1351 "steps" would read 0.74.
+    d = Increase({s.GENERATION_TOKENS: 1000.0, s.ENGINE_STEPS: 1351.0}, 60.0)
+    assert derive.tokens_per_engine_step(d) is None
+    assert derive.weight_bytes_per_output_token(d, 15e9) is None  # would be 1.35× the model
+    ok = Increase({s.GENERATION_TOKENS: 1000.0, s.ENGINE_STEPS: 1000.0}, 60.0)
+    assert derive.tokens_per_engine_step(ok) == 1.0
+    assert derive.weight_bytes_per_output_token(ok, 15e9) == 15e9
+
+
+def test_physically_possible_is_one_rule_with_its_bounds_inclusive() -> None:
+    assert derive.physically_possible(1.0, at_least=1.0) == 1.0
+    assert derive.physically_possible(0.999, at_least=1.0) is None
+    assert derive.physically_possible(1.0, at_most=1.0) == 1.0
+    assert derive.physically_possible(1.001, at_most=1.0) is None
+    assert derive.physically_possible(None, at_least=1.0) is None
+
+
+def test_a_hybrid_pool_is_vllms_own_count_or_nothing() -> None:
+    hybrid = s.CacheConfig(1600, 1000, 1, None, None, None, hybrid=True)
+    assert derive.kv_cache_capacity_tokens(hybrid) is None  # 1000 × 1600 counts two groups
+    assert derive.kv_cache_capacity_tokens(hybrid, 800_000) == 800_000
+    plain = s.CacheConfig(16, 1000, 1, None, None, None)
+    assert derive.kv_cache_capacity_tokens(plain, 900) == 16_000
+    assert derive.kv_cache_capacity_tokens(plain, 900, hybrid=True) == 900  # the log says so
+    counted = s.CacheConfig(1600, 1000, 1, 812_000, None, None, hybrid=True)
+    assert derive.kv_cache_capacity_tokens(counted) == 812_000  # 0.24+: vLLM's own
