@@ -13,10 +13,13 @@ across versions (see docs/vllm-metrics.md §6):
         dtype=torch.bfloat16, ..., tensor_parallel_size=2, pipeline_parallel_size=1,
         data_parallel_size=1, ...                                   (V0: "an LLM engine")
 
-Who logs the weights differs: v0.11.0 logs every rank's shard, and every data-parallel
-engine its own copy; from 0.11.1 only the first rank of a node logs (its shard). So the
-facts keep every weights line by the process that wrote it, and the derivation core
-(`derive.weights_from_log`) turns them into the whole model's bytes.
+Who logs the weights differs: V0 and v0.11.0 log every rank's shard, and every
+data-parallel engine its own copy; from 0.11.1 only the first rank of a node logs (its
+shard). So the facts keep every weights line by the process that wrote it (its log
+prefix, `writer`) and the engine it belongs to, and the derivation core
+(`derive.weights_from_log`) turns them into the whole model's bytes. What the log does not
+let glassbox place (a prefix of no known shape, workers of several engines, experts split
+across engines) is named by `StartupFacts.unrecognised()` and gives no weights.
 
 `StartupFacts.feed(line)` is pure; `LogFollower` is the I/O that tails the file across
 restarts (truncation or rotation).
@@ -28,6 +31,7 @@ the stage seconds.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -118,6 +122,8 @@ class Writer:
     name: str  # "Worker_TP1"; "" without a prefix
     engine: str | None  # "DP1", or an unnumbered engine process; None: the line does not say
     unknown_prefix: str | None = None  # a group before the level that is no process prefix
+    tensor_ranks: int = 0  # the ranks its name implies: TP1 -> at least 2
+    pipeline_ranks: int = 0
 
 
 def _process_key(m: re.Match[str]) -> str:
@@ -138,17 +144,26 @@ def writer(line: str, before: int | None = None) -> Writer:
     """Who wrote a line (ANSI codes removed): the prefixes before its level, or before
     `before` (where the fact starts) on a line without a level."""
     level = _LEVEL.search(line, 0, before if before is not None else len(line))
-    head = line[: level.start()] if level else line[: before or 0]
+    return _writer_of(line[: level.start()] if level else line[: before or 0], level is not None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _writer_of(head: str, before_a_level: bool) -> Writer:
+    """The writer a line's head names (cached: a log repeats a few heads)."""
     chain = list(_PREFIX.finditer(head))
-    leftover = _GROUP_AT_END.search(_PREFIX.sub("", head)) if level else None
+    leftover = _GROUP_AT_END.search(_PREFIX.sub("", head)) if before_a_level else None
     unknown = leftover.group(0).strip() if leftover else None
     if not chain:
         return Writer("main", "", None, unknown)
     engines = [e for m in chain if (e := _engine_of(m))]
     inner = chain[-1]
-    return Writer(
-        _process_key(inner), inner["name"] or "", engines[-1] if engines else None, unknown
-    )
+    name = inner["name"] or ""
+    tp = max((int(m["n"]) + 1 for m in _TP_RANK.finditer(name)), default=0)
+    pp = max((int(m["n"]) + 1 for m in _PP_RANK.finditer(name)), default=0)
+    if not tp and (m := _ANY_RANK.search(name)):  # "rank=N" counts TP × PP ranks
+        tp = int(m["n"]) + 1
+    engine = engines[-1] if engines else None
+    return Writer(_process_key(inner), name, engine, unknown, tp, pp)
 
 
 @dataclass(frozen=True)
@@ -236,26 +251,24 @@ class StartupFacts:
 
     def _seeing(self, who: Writer, line: str) -> StartupFacts:
         """These facts with what one line's prefixes show (self when nothing new)."""
-        tp = max((int(m["n"]) + 1 for m in _TP_RANK.finditer(who.name)), default=0)
-        pp = max((int(m["n"]) + 1 for m in _PP_RANK.finditer(who.name)), default=0)
-        if not tp and (m := _ANY_RANK.search(who.name)):  # "rank=N": TP × PP ranks
-            tp = int(m["n"]) + 1
-        engines = self.engines_seen | {who.engine} if who.engine else self.engines_seen
+        engines = self.engines_seen
+        if who.engine is not None and who.engine not in engines:
+            engines = engines | {who.engine}
         unknown = self.unknown_lines
-        if who.unknown_prefix and "unknown_process_prefix" not in unknown:
-            unknown = {**unknown, "unknown_process_prefix": line[:200]}
+        if who.unknown_prefix is not None and not unknown:
+            unknown = {"unknown_process_prefix": line[:200]}
         if (
-            tp <= self.tensor_ranks_seen
-            and pp <= self.pipeline_ranks_seen
-            and engines is self.engines_seen
+            engines is self.engines_seen
             and unknown is self.unknown_lines
+            and who.tensor_ranks <= self.tensor_ranks_seen
+            and who.pipeline_ranks <= self.pipeline_ranks_seen
         ):
             return self
         return replace(
             self,
             engines_seen=engines,
-            tensor_ranks_seen=max(tp, self.tensor_ranks_seen),
-            pipeline_ranks_seen=max(pp, self.pipeline_ranks_seen),
+            tensor_ranks_seen=max(who.tensor_ranks, self.tensor_ranks_seen),
+            pipeline_ranks_seen=max(who.pipeline_ranks, self.pipeline_ranks_seen),
             unknown_lines=unknown,
         )
 
@@ -309,13 +322,15 @@ class StartupFacts:
         if m := _LOAD_TIME.search(line):
             slowest = max(float(m["sec"]), facts.weights_load_seconds or 0.0)
             return replace(facts, weights_load_seconds=slowest)
-        if m := _V0_BLOCKS.search(line):
+        # A substring first: most lines are none of these, and the patterns scan the line.
+        if "blocks: " in line and (m := _V0_BLOCKS.search(line)):
             return replace(facts, kv_cache_blocks=int(m["blocks"]))
-        if _EXPERT_PARALLEL.search(line) and not facts.expert_parallel:
+        expert_hint = "P rank" in line or "expert_parallel" in line
+        if expert_hint and not facts.expert_parallel and _EXPERT_PARALLEL.search(line):
             facts = replace(facts, expert_parallel=True)
-        if _HYBRID_KV.search(line) and not facts.hybrid_kv:
+        if "mamba" in line and not facts.hybrid_kv and _HYBRID_KV.search(line):
             facts = replace(facts, hybrid_kv=True)
-        if m := _KV_TOKENS.search(line):
+        if "KV cache size" in line and (m := _KV_TOKENS.search(line)):
             tokens = int(m.group("tokens").replace(",", ""))
             if facts.kv_cache_tokens is not None:  # one line per rank (0.8): the smallest
                 tokens = min(tokens, facts.kv_cache_tokens)
