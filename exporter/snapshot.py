@@ -227,12 +227,25 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
         )
         for engine_counters in counters.values():
             engine_counters.pop(ENGINE_STEPS, None)
+    spec = [n for c in counters.values() for n in c if n in _SPEC or n.startswith(SPEC_ACCEPTED_AT)]
+    if spec and _is_v0(samples):
+        # V0 adds its sampler's running totals to the counters at every stats log: they
+        # grow quadratically, so no ratio of them is an acceptance.
+        unrecognised["v0_spec_counters"] = (
+            "V0 page: vllm:spec_decode_* counters add running totals at every stats log"
+        )
+        for engine_counters in counters.values():
+            for name in [n for n in engine_counters if n in spec]:
+                del engine_counters[name]
     return Snapshot(
         engines={k: EngineSample(counters.get(k, {}), gauges.get(k, {})) for k in sorted(keys)},
         cache=_cache_configs(samples.get(_CACHE_CONFIG)),
         process_start_time=start,
         unrecognised=unrecognised,
     )
+
+
+_SPEC = frozenset({SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED})
 
 
 def _is_v0(samples: Samples) -> bool:

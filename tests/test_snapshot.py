@@ -220,3 +220,20 @@ def test_only_a_number_in_a_mamba_label_makes_the_pool_hybrid() -> None:
     real = read_snapshot(page("cuda-0.24.0-h200/bf16-idle.txt"))
     assert 'mamba_block_size="False"' in page("cuda-0.24.0-h200/bf16-idle.txt")
     assert [c.hybrid for c in real.cache.values()] == [False]
+
+
+def test_a_speculating_v0_page_keeps_none_of_its_running_total_spec_counters() -> None:
+    text = (CORPUS / "handwritten-v0.10-v0-page.txt").read_text() + (
+        "# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n"
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+        'vllm:spec_decode_num_draft_tokens_total{model_name="qwen"} 5050.0\n'
+        "# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.\n"
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+        'vllm:spec_decode_num_accepted_tokens_total{model_name="qwen"} 2525.0\n'
+    )
+    snap = read_snapshot(text)
+    [sample] = snap.engines.values()
+    assert not any(name.startswith("spec_") for name in sample.counters)
+    assert set(snap.unrecognised) == {"v0_engine_steps", "v0_spec_counters"}
+    v1 = read_snapshot(page("cpu-0.32/spec-after-2x256.txt"))  # V1 keeps them
+    assert all(s.SPEC_DRAFTS in e.counters for e in v1.engines.values())
