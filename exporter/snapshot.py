@@ -252,8 +252,10 @@ def _is_v0(samples: Samples) -> bool:
     """A page of the V0 engine: its own series, or counters without V1's engine label."""
     if any(name in samples for name in _V0_ONLY):
         return True
-    series = samples.get("vllm:generation_tokens_total", {})
-    return bool(series) and not any("engine" in dict(labels) for labels in series)
+    counted = [
+        labels for names in _COUNTERS.values() for n in names for labels in samples.get(n, {})
+    ]
+    return bool(counted) and not any("engine" in dict(labels) for labels in counted)
 
 
 def read_snapshot(text: str, limits: Limits = DEFAULT_LIMITS) -> Snapshot:

@@ -46,9 +46,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NUMBER = r"[0-9]{1,15}(?:\.[0-9]{1,15})?"
 _COUNT = r"[0-9]{1,3}(?:,[0-9]{3}){1,5}|[0-9]{1,18}"  # 487,424 or 487424
 _WEIGHTS = re.compile(
-    rf"(?:Model loading took|Loading model weights took) (?P<gib>{_NUMBER}) (?:GiB|GB)"
+    rf"(?:Model loading took|Loading model weights took) (?P<size>{_NUMBER}) (?P<unit>GiB|GB|MB)"
     rf"(?: memory)?(?: and (?P<sec>{_NUMBER}) seconds?)?"
 )
+# vLLM's "GB" and "MB" are binary units (it divides by 2**30 and 2**20).
+_UNIT_BYTES = {"GiB": GIB, "GB": GIB, "MB": 1024**2}
 _KV_MEMORY = re.compile(rf"Available KV cache memory: (?P<gib>{_NUMBER}) ?GiB")
 _KV_TOKENS = re.compile(
     rf"(?P<device>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<tokens>{_COUNT}) tokens"
@@ -56,8 +58,8 @@ _KV_TOKENS = re.compile(
 _CONCURRENCY = re.compile(
     rf"Maximum concurrency for (?P<len>{_COUNT}) tokens per request: (?P<x>{_NUMBER})x"
 )
-_ENGINE_CONFIG = re.compile(
-    r"Initializing an? (?:V[01] )?LLM engine \(v(?P<version>[^)\s]{1,64})\) with config: "
+_ENGINE_CONFIG = re.compile(  # 0.3 names no version
+    r"Initializing an? (?:V[01] )?LLM engine (?:\(v(?P<version>[^)\s]{1,64})\) )?with config: "
 )
 _LAYOUT = {
     name: re.compile(rf"(?<![\w.]){name}=([0-9]{{1,9}})(?![0-9])")
@@ -307,14 +309,17 @@ class StartupFacts:
             engine = _UNKNOWN_ENGINE if who.unknown_prefix else who.engine
             return replace(
                 facts,
-                weights_by_rank={**facts.weights_by_rank, who.process: float(m["gib"]) * GIB},
+                weights_by_rank={
+                    **facts.weights_by_rank,
+                    who.process: float(m["size"]) * _UNIT_BYTES[m["unit"]],
+                },
                 engine_of_rank={**facts.engine_of_rank, who.process: engine},
                 model_load_seconds=seconds,
                 startups=max(facts.startups, 1),
             )
         if m := _ENGINE_CONFIG.search(line):
             facts = _with_engine_config(facts, line)
-            if facts.vllm_version is None:  # no server-version line (offline, V0)
+            if facts.vllm_version is None and m["version"]:  # no server-version line
                 facts = replace(facts, vllm_version=m["version"])
             return facts
         if m := _KV_MEMORY.search(line):
