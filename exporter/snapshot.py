@@ -8,7 +8,7 @@ canonical counters (`GENERATION_TOKENS`, `ITL_SUM`, ...) per engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vllm_glassbox.exporter.errors import ScrapeError
@@ -218,25 +218,7 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
             "the page has no vllm: series (is vLLM started with --disable-log-stats?)",
         )
     start = samples.get(_PROCESS_START, {}).get((), None)
-    unrecognised: dict[str, str] = {}
-    if _is_v0(samples) and any(ENGINE_STEPS in c for c in counters.values()):
-        # V0 observes iteration_tokens_total on every periodic stats log too, with 0
-        # tokens: its count is no count of engine steps, so nothing is derived from it.
-        unrecognised["v0_engine_steps"] = (
-            "V0 page: vllm:iteration_tokens_total counts 0-token observations"
-        )
-        for engine_counters in counters.values():
-            engine_counters.pop(ENGINE_STEPS, None)
-    spec = [n for c in counters.values() for n in c if n in _SPEC or n.startswith(SPEC_ACCEPTED_AT)]
-    if spec and _is_v0(samples):
-        # V0 adds its sampler's running totals to the counters at every stats log: they
-        # grow quadratically, so no ratio of them is an acceptance.
-        unrecognised["v0_spec_counters"] = (
-            "V0 page: vllm:spec_decode_* counters add running totals at every stats log"
-        )
-        for engine_counters in counters.values():
-            for name in [n for n in engine_counters if n in spec]:
-                del engine_counters[name]
+    unrecognised = _drop_untrusted_v0_counters(counters) if _is_v0(samples) else {}
     return Snapshot(
         engines={k: EngineSample(counters.get(k, {}), gauges.get(k, {})) for k in sorted(keys)},
         cache=_cache_configs(samples.get(_CACHE_CONFIG)),
@@ -245,7 +227,38 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
     )
 
 
-_SPEC = frozenset({SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED})
+def _is_spec(name: str) -> bool:
+    return name in (SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED) or name.startswith(
+        SPEC_ACCEPTED_AT
+    )
+
+
+# Counters of a V0 page that count something else than their V1 namesakes, by the shape
+# glassbox_input_unrecognised names (vllm-metrics.md §7).
+_V0_UNTRUSTED: dict[str, tuple[Callable[[str], bool], str]] = {
+    # Observed at every periodic stats log too, with 0 tokens: no count of engine steps.
+    "v0_engine_steps": (
+        lambda name: name == ENGINE_STEPS,
+        "V0 page: vllm:iteration_tokens_total also observes 0-token steps",
+    ),
+    # The sampler's running totals added at every stats log: they grow quadratically.
+    "v0_spec_counters": (
+        _is_spec,
+        "V0 page: vllm:spec_decode_* counters add running totals at every stats log",
+    ),
+}
+
+
+def _drop_untrusted_v0_counters(counters: Mapping[EngineKey, dict[str, float]]) -> dict[str, str]:
+    """Remove (in place) the counters of a V0 page that no derived value may use, and name
+    each shape found."""
+    shapes: dict[str, str] = {}
+    for shape, (untrusted, why) in _V0_UNTRUSTED.items():
+        for engine_counters in counters.values():
+            for name in [n for n in engine_counters if untrusted(n)]:
+                del engine_counters[name]
+                shapes[shape] = why
+    return shapes
 
 
 def _is_v0(samples: Samples) -> bool:
