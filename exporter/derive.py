@@ -422,8 +422,8 @@ def startup_seconds(cold: ColdStart) -> float | None:
 
 def startup_stages(cold: ColdStart) -> StartupStages:
     """The stages of one start (see StartupStages); none but the total when a stage line
-    came from behind a process prefix glassbox does not know (ranks not told apart)."""
-    if cold.unknown_prefix:
+    does not tell its rank (a prefix glassbox does not know, a line Ray deduplicated)."""
+    if cold.ranks_unknown:
         return StartupStages(None, None, None, None, None, startup_seconds(cold))
     # "Model loading took" covers the whole load; the CPU build logs only the weight read.
     weights_load = _slowest(cold.model_load_seconds)

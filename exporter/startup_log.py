@@ -104,6 +104,14 @@ _PREFIX = re.compile(
 )
 _LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d ")
 _UNKNOWN_ENGINE = "?"  # a process behind a prefix glassbox does not know
+# Ray prints one line for N alike lines of its workers (numbers ignored), the first of
+# them shown: "(RayWorkerWrapper pid=7, ip=…) INFO … took 24.4 GB [repeated 3x across cluster]".
+_REPEATED = re.compile(r"\[repeated (?P<n>[0-9]{1,6})x across cluster\]")
+# The lines of a stage that ranks run side by side (one per rank).
+_STAGE_LINE = re.compile(
+    r"Model loading took|Loading weights took|torch\.compile (?:takes|took)"
+    r"|Graph capturing finished"
+)
 _GROUP_AT_END = re.compile(r"\([^()]{1,200}\)\s*$")
 # Data-parallel engines: EngineCore_DP<n> (0.11+), EngineCore_<n> (0.8–0.10), and the
 # workers of one (Worker_DP<n>_TP<m>); EngineCore and DPEngineCoreActor without a number
@@ -299,21 +307,34 @@ class StartupFacts:
         facts = self
         if "(" in line and _LEVEL.search(line):
             facts = facts._seeing(writer(line), line)
+        repeated = _REPEATED.search(line) if "across cluster]" in line else None
+        if (
+            repeated
+            and _STAGE_LINE.search(line)
+            and "ray_deduplicated_lines" not in facts.unknown_lines
+        ):
+            # Hidden ranks' seconds: no stage is their slowest (RAY_DEDUP_LOGS=0 shows them).
+            facts = replace(
+                facts, unknown_lines={**facts.unknown_lines, "ray_deduplicated_lines": line[:200]}
+            )
         if m := _WEIGHTS.search(line):
             who = writer(line, m.start())
-            if who.process in facts.weights_by_rank:  # the same process loading again
+            # A repeated line stands for that many ranks, their shards taken as equal.
+            ranks = [who.process]
+            if repeated:
+                n = int(repeated["n"])
+                ranks = [f"{who.process} [{k} of {n} repeated]" for k in range(1, n + 1)]
+            elif who.process in facts.weights_by_rank:  # the same process loading again
                 facts = facts._restarted()
             seconds = float(m["sec"]) if m["sec"] else None
             if facts.model_load_seconds is not None:  # ranks load side by side: the slowest
                 seconds = max(seconds or 0.0, facts.model_load_seconds)
             engine = _UNKNOWN_ENGINE if who.unknown_prefix else who.engine
+            size = float(m["size"]) * _UNIT_BYTES[m["unit"]]
             return replace(
                 facts,
-                weights_by_rank={
-                    **facts.weights_by_rank,
-                    who.process: float(m["size"]) * _UNIT_BYTES[m["unit"]],
-                },
-                engine_of_rank={**facts.engine_of_rank, who.process: engine},
+                weights_by_rank={**facts.weights_by_rank, **dict.fromkeys(ranks, size)},
+                engine_of_rank={**facts.engine_of_rank, **dict.fromkeys(ranks, engine)},
                 model_load_seconds=seconds,
                 startups=max(facts.startups, 1),
             )
@@ -462,9 +483,10 @@ class ColdStart:
     cuda_graph_seconds: Mapping[str, float] = field(default_factory=dict)  # summed per process
     engine_init_seconds: float | None = None  # the slowest engine's; includes compile, graphs
     engine_init_compile_seconds: float | None = None  # its "(compilation: S s)"
-    # A stage line came from behind a prefix glassbox does not know: ranks cannot be told
-    # apart, so no stage is read (derive.startup_stages).
-    unknown_prefix: bool = False
+    # A stage line came from behind a prefix glassbox does not know, or stands for several
+    # ranks (Ray's deduplication): ranks cannot be told apart, so no stage is read
+    # (derive.startup_stages).
+    ranks_unknown: bool = False
 
     @property
     def start_label(self) -> str:
@@ -472,11 +494,12 @@ class ColdStart:
         return str(self.started_at) if self.started_at else ""
 
     def _by(self, line: str, fact_at: int) -> tuple[ColdStart, str]:
-        """The process that wrote a stage line, and this start marked when its prefix is
-        of a shape glassbox does not know."""
+        """The process that wrote a stage line, and this start marked when its ranks cannot
+        be told apart (a prefix of no known shape, a line Ray deduplicated)."""
         who = writer(line, fact_at)
-        if who.unknown_prefix and not self.unknown_prefix:
-            return replace(self, unknown_prefix=True), who.process
+        unknown = who.unknown_prefix or ("across cluster]" in line and _REPEATED.search(line))
+        if unknown and not self.ranks_unknown:
+            return replace(self, ranks_unknown=True), who.process
         return self, who.process
 
     def feed(self, raw_line: str) -> ColdStart:

@@ -11,7 +11,7 @@ import yaml
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.layout import resolve_layout
 from vllm_glassbox.exporter.snapshot import ENGINE_STEPS, read_snapshot
-from vllm_glassbox.exporter.startup_log import GIB, ColdStart, read_cold_starts, read_facts
+from vllm_glassbox.exporter.startup_log import GIB, read_cold_starts, read_facts
 from vllm_glassbox.exporter.weights import resolve_weights
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
@@ -52,12 +52,8 @@ def read_log(text: str) -> dict[str, Any]:
         "startups": facts.startups,
         "engines": len(facts.engines_seen),
         "hybrid_kv": facts.hybrid_kv,
-        "unrecognised": sorted(set(facts.unrecognised()) | _unknown_stage_prefix(cold)),
+        "unrecognised": sorted(facts.unrecognised()),
     }
-
-
-def _unknown_stage_prefix(cold: ColdStart | None) -> set[str]:
-    return {"unknown_process_prefix"} if cold is not None and cold.unknown_prefix else set()
 
 
 def read_page(text: str) -> dict[str, Any]:

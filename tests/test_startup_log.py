@@ -609,3 +609,16 @@ def test_worker_prefixes_state_the_layout_when_no_engine_config_line_does() -> N
     assert resolve_layout(facts).tensor == 2
     assert whole_model(facts) == pytest.approx(2 * 9.68 * GIB)  # one rank's shard: 9.68
     assert facts.hybrid_kv
+
+
+def test_a_line_ray_deduplicated_counts_its_ranks_and_hides_their_stage_seconds() -> None:
+    facts = read_facts(corpus("vllm-6689-v0.5-ray-multinode-dedup.log"))
+    assert len(facts.weights_by_rank) == 15  # 2 lines of one rank, 5 lines of 13
+    assert (facts.startups, facts.unrecognised()) == (1, {})
+    graphs = (
+        "(RayWorkerWrapper pid=7, ip=10.0.0.2) INFO 08-07 10:50:49 model_runner.py:1 "
+        "Graph capturing finished in 14 secs. [repeated 7x across cluster]"
+    )
+    assert set(read_facts(graphs).unrecognised()) == {"ray_deduplicated_lines"}
+    [start] = read_cold_starts(graphs)
+    assert derive.startup_stages(start).cuda_graphs is None  # the slowest rank is hidden
