@@ -181,7 +181,8 @@ WINDOWED: tuple[WindowedSeries, ...] = (
     ),
     _windowed(
         "glassbox_tokens_per_engine_step",
-        "Generated tokens per engine step across the batch: Δ generation tokens / Δ engine steps.",
+        "Generated tokens per engine step across the batch: Δ generation tokens / Δ engine "
+        "steps; absent below 1 (no engine step makes less: a misread input).",
         lambda d, c: derive.tokens_per_engine_step(d),
     ),
     _windowed(
@@ -208,7 +209,8 @@ WINDOWED: tuple[WindowedSeries, ...] = (
     _windowed(
         "glassbox_weight_bytes_per_output_token",
         "Weight bytes read per generated token, all GPUs together: "
-        "weights × Δ engine steps / Δ generation tokens" + MOE_NOTE + ".",
+        "weights × Δ engine steps / Δ generation tokens" + MOE_NOTE + "; absent above the "
+        "weights (fewer than one token per engine step).",
         lambda d, c: derive.weight_bytes_per_output_token(d, c.weights_bytes),
     ),
     _windowed(
@@ -219,7 +221,8 @@ WINDOWED: tuple[WindowedSeries, ...] = (
     ),
     _windowed(
         "glassbox_memory_bandwidth_utilization_ratio",
-        "Achieved weight-read bandwidth of one GPU / peak memory bandwidth of one GPU.",
+        "Achieved weight-read bandwidth of one GPU / peak memory bandwidth of one GPU; "
+        "absent above 1 (no GPU reads faster than its peak: a misread layout).",
         lambda d, c: derive.memory_bandwidth_utilization(
             d, c.weights_bytes, c.peak_bandwidth, c.tensor_parallel
         ),
