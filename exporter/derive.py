@@ -160,8 +160,22 @@ def generation_tokens_per_second(d: Increase) -> float | None:
     return ratio(d[s.GENERATION_TOKENS], d.seconds)
 
 
+def physically_possible(
+    value: float | None, at_least: float | None = None, at_most: float | None = None
+) -> float | None:
+    """The one rule for numbers that cannot be: a value outside what physics allows comes
+    from an input glassbox misread (a layout, a counter of another meaning), so it is
+    absent, never published. Every engine step of a serving engine makes at least one
+    token; no GPU reads faster than its peak."""
+    if value is None:
+        return None
+    if (at_least is not None and value < at_least) or (at_most is not None and value > at_most):
+        return None
+    return value
+
+
 def tokens_per_engine_step(d: Increase) -> float | None:
-    return ratio(d[s.GENERATION_TOKENS], d[s.ENGINE_STEPS])
+    return physically_possible(ratio(d[s.GENERATION_TOKENS], d[s.ENGINE_STEPS]), at_least=1.0)
 
 
 def time_to_first_token(d: Increase) -> float | None:
@@ -210,7 +224,7 @@ def spec_draft_coverage(d: Increase) -> float | None:
 # --- weights and memory bandwidth -------------------------------------------------------
 
 
-def weights_from_log(by_engine: Mapping[int, Sequence[float]], shards: int) -> float | None:
+def weights_from_log(by_engine: Mapping[str, Sequence[float]], shards: int) -> float | None:
     """Whole-model weight bytes from the "Model loading took" lines of one startup.
 
     `by_engine`: for each data-parallel engine, the bytes each of its processes logged.
@@ -243,7 +257,10 @@ def active_weights_of(
 
 def weight_bytes_per_output_token(d: Increase, weights_bytes: float | None) -> float | None:
     """Weight bytes read per generated token: each engine step reads every weight once."""
-    r = ratio(d[s.ENGINE_STEPS], d[s.GENERATION_TOKENS]) if d.has(s.ENGINE_STEPS) else None
+    steps_per_token = None
+    if d.has(s.ENGINE_STEPS):  # the inverse of tokens per engine step, under its rule
+        steps_per_token = ratio(d[s.ENGINE_STEPS], d[s.GENERATION_TOKENS])
+    r = physically_possible(steps_per_token, at_most=1.0)
     return None if r is None or weights_bytes is None else weights_bytes * r
 
 
@@ -267,7 +284,9 @@ def memory_bandwidth_utilization(
 ) -> float | None:
     """One GPU's achieved weight-read bandwidth over one GPU's peak."""
     achieved = weight_read_bandwidth_per_gpu(d, weights_bytes, tensor_parallel)
-    return None if achieved is None or peak_bandwidth is None else ratio(achieved, peak_bandwidth)
+    if achieved is None or peak_bandwidth is None:
+        return None
+    return physically_possible(ratio(achieved, peak_bandwidth), at_most=1.0)
 
 
 def decode_floor_seconds(
@@ -299,13 +318,19 @@ def kv_cache_blocks(cache: s.CacheConfig | None) -> int | None:
 
 
 def kv_cache_capacity_tokens(
-    cache: s.CacheConfig | None, logged_tokens: int | None = None
+    cache: s.CacheConfig | None, logged_tokens: int | None = None, hybrid: bool = False
 ) -> int | None:
     """Tokens one engine's KV pool holds: vLLM's own count on its page
     (`kv_cache_size_tokens`, 0.24+, right for hybrid models too), else blocks × block
-    size, else what its startup log states ("KV cache size: N tokens")."""
+    size, else what its startup log states ("KV cache size: N tokens").
+
+    A hybrid model (the page's mamba labels or its log say so) shares every block between
+    its layer groups, so blocks × block size overstates the pool by the number of groups:
+    there only vLLM's own count is taken, from the page or the log, else none."""
     if cache is not None and cache.kv_cache_size_tokens is not None:
         return cache.kv_cache_size_tokens
+    if hybrid or (cache is not None and cache.hybrid):
+        return logged_tokens
     blocks = kv_cache_blocks(cache)
     if blocks is not None and cache is not None and cache.block_size is not None:
         return blocks * cache.block_size
@@ -396,7 +421,10 @@ def startup_seconds(cold: ColdStart) -> float | None:
 
 
 def startup_stages(cold: ColdStart) -> StartupStages:
-    """The stages of one start (see StartupStages)."""
+    """The stages of one start (see StartupStages); none but the total when a stage line
+    does not tell its rank (a prefix glassbox does not know, a line Ray deduplicated)."""
+    if cold.ranks_unknown:
+        return StartupStages(None, None, None, None, None, startup_seconds(cold))
     # "Model loading took" covers the whole load; the CPU build logs only the weight read.
     weights_load = _slowest(cold.model_load_seconds)
     if weights_load is None:

@@ -66,6 +66,9 @@ class PollState:
     first_requests: Mapping[EngineKey, FirstRequests] = field(default_factory=dict)
     polled_at: float | None = None  # monotonic time of the latest poll (windows end there)
     used_tokens_growth: Mapping[EngineKey, Growth] = field(default_factory=dict)
+    # Shapes of vLLM's latest start in its log that glassbox does not read (shape -> line).
+    log_unrecognised: Mapping[str, str] = field(default_factory=dict)
+    kv_hybrid_in_log: bool = False  # the log says the KV pool is shared by layer groups
 
 
 def _engine_labels(key: EngineKey) -> list[str]:
@@ -115,7 +118,9 @@ def derived_families(state: PollState) -> list[Metric]:
         if cache is None:
             continue
         labels = _engine_labels(key)
-        tokens = kv_cache_capacity_tokens(cache, state.kv_cache_logged_tokens)
+        tokens = kv_cache_capacity_tokens(
+            cache, state.kv_cache_logged_tokens, state.kv_hybrid_in_log
+        )
         _add(blocks, labels, kv_cache_blocks(cache))
         _add(block_size, labels, cache.block_size)
         _add(capacity, labels, tokens)
@@ -178,7 +183,9 @@ def kv_headroom_families(state: PollState) -> list[Metric]:
     exhaustion = series.KV_EXHAUSTION.new()
     for key, sample in sorted(state.snapshot.engines.items()):
         cache = state.snapshot.cache_for(key)
-        capacity = kv_cache_capacity_tokens(cache, state.kv_cache_logged_tokens)
+        capacity = kv_cache_capacity_tokens(
+            cache, state.kv_cache_logged_tokens, state.kv_hybrid_in_log
+        )
         used = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
         labels = _engine_labels(key)
         left = kv_cache_free_tokens(used, capacity)
@@ -231,6 +238,35 @@ def self_families(state: PollState) -> list[Metric]:
     return families
 
 
+def unrecognised_inputs(state: PollState) -> dict[tuple[str, str], str]:
+    """Every shape of the inputs glassbox does not read, by (source, shape), with what
+    shows it; the page's only while vLLM is up."""
+    shapes = {("log", shape): shown for shape, shown in state.log_unrecognised.items()}
+    if state.up and state.snapshot is not None:
+        shapes |= {("page", shape): shown for shape, shown in state.snapshot.unrecognised.items()}
+        hybrid = [
+            key.engine
+            for key in state.snapshot.engines
+            if (cache := state.snapshot.cache_for(key)) is not None
+            and cache.kv_cache_size_tokens is None
+            and (cache.hybrid or state.kv_hybrid_in_log)
+            and state.kv_cache_logged_tokens is None
+        ]
+        if hybrid:
+            shapes[("page", "hybrid_kv_groups")] = (
+                "hybrid model without kv_cache_size_tokens or a logged KV size: engines "
+                + ", ".join(sorted(hybrid))
+            )
+    return shapes
+
+
+def unrecognised_families(state: PollState) -> list[Metric]:
+    family = series.INPUT_UNRECOGNISED.new()
+    for source, shape in sorted(unrecognised_inputs(state)):
+        family.add_metric([source, shape], 1.0)
+    return [family]
+
+
 def build_families(state: PollState) -> list[Metric]:
     return (
         self_families(state)
@@ -239,4 +275,5 @@ def build_families(state: PollState) -> list[Metric]:
         + startup_families(state)
         + kv_headroom_families(state)
         + first_request_families(state)
+        + unrecognised_families(state)
     )

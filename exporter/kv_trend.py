@@ -15,12 +15,15 @@ from vllm_glassbox.exporter.derive import kv_cache_capacity_tokens, kv_cache_use
 from vllm_glassbox.exporter.snapshot import KV_USAGE, EngineKey, Snapshot
 
 
-def used_tokens(snapshot: Snapshot, logged_tokens: int | None = None) -> dict[EngineKey, float]:
+def used_tokens(
+    snapshot: Snapshot, logged_tokens: int | None = None, hybrid: bool = False
+) -> dict[EngineKey, float]:
     """Used KV tokens of every engine whose pool is known, as of one poll (the pool by the
-    core's one rule: the page, else the log's `logged_tokens`)."""
+    core's one rule: the page, else the log's `logged_tokens`; `hybrid`: the log says the
+    pool is shared by layer groups)."""
     used: dict[EngineKey, float] = {}
     for key, sample in snapshot.engines.items():
-        capacity = kv_cache_capacity_tokens(snapshot.cache_for(key), logged_tokens)
+        capacity = kv_cache_capacity_tokens(snapshot.cache_for(key), logged_tokens, hybrid)
         tokens = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
         if tokens is not None:
             used[key] = tokens

@@ -1,7 +1,8 @@
 """The parallel layout of the model vLLM serves, resolved by one ranking shared by the
 exporter and the lab: tensor- and pipeline-parallel sizes from the flags, else from vLLM's
-engine-config log line, else 1; data-parallel from the number of engines on vLLM's page,
-else that line, else 1.
+engine-config log line, else the ranks its workers' log prefixes name, else 1;
+data-parallel from the number of engines on vLLM's page, else that line, else the
+engines its log prefixes name, else 1.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ def resolve_layout(
 ) -> ParallelLayout:
     logged = facts or StartupFacts()
     return ParallelLayout(
-        tensor=tensor_flag or logged.tensor_parallel or 1,
-        pipeline=pipeline_flag or logged.pipeline_parallel or 1,
+        # Without an engine-config line, the ranks the workers' prefixes name (Worker_TP1,
+        # VllmWorker rank=1) are the least the layout has.
+        tensor=tensor_flag or logged.tensor_parallel or logged.tensor_ranks_seen or 1,
+        pipeline=pipeline_flag or logged.pipeline_parallel or logged.pipeline_ranks_seen or 1,
         # The page's engines first: for a dense model vLLM runs data-parallel engines
         # independently, and each one's engine-config line says data_parallel_size=1.
-        data=engines or logged.data_parallel or 1,
+        data=engines or logged.data_parallel or len(logged.engines_seen) or 1,
     )

@@ -98,6 +98,14 @@ LAST_SUCCESS = gauge(
 )
 BUILD_INFO = gauge("glassbox_build_info", "The exporter's version.", ("version",))
 VLLM_INFO = gauge("glassbox_vllm_info", "vLLM's version (from /version).", ("version",))
+INPUT_UNRECOGNISED = gauge(
+    "glassbox_input_unrecognised",
+    "1 for each shape of vLLM's log or page that glassbox does not read or cannot place "
+    "(source: log or page; shape: unknown_process_prefix, ray_deduplicated_lines, "
+    "unplaced_engine, experts_across_engines, v0_engine_steps, v0_spec_counters, "
+    "hybrid_kv_groups): the series it would feed are absent, not guessed.",
+    ("source", "shape"),
+)
 WEB_CONFIG_RELOAD = gauge(
     "glassbox_web_config_last_reload_successful",
     "Whether the last change of --web-config-file (or a file it names) loaded; "
@@ -173,7 +181,8 @@ WINDOWED: tuple[WindowedSeries, ...] = (
     ),
     _windowed(
         "glassbox_tokens_per_engine_step",
-        "Generated tokens per engine step across the batch: Δ generation tokens / Δ engine steps.",
+        "Generated tokens per engine step across the batch: Δ generation tokens / Δ engine "
+        "steps; absent below 1 (no engine step makes less: a misread input).",
         lambda d, c: derive.tokens_per_engine_step(d),
     ),
     _windowed(
@@ -200,7 +209,8 @@ WINDOWED: tuple[WindowedSeries, ...] = (
     _windowed(
         "glassbox_weight_bytes_per_output_token",
         "Weight bytes read per generated token, all GPUs together: "
-        "weights × Δ engine steps / Δ generation tokens" + MOE_NOTE + ".",
+        "weights × Δ engine steps / Δ generation tokens" + MOE_NOTE + "; absent above the "
+        "weights (fewer than one token per engine step).",
         lambda d, c: derive.weight_bytes_per_output_token(d, c.weights_bytes),
     ),
     _windowed(
@@ -211,7 +221,8 @@ WINDOWED: tuple[WindowedSeries, ...] = (
     ),
     _windowed(
         "glassbox_memory_bandwidth_utilization_ratio",
-        "Achieved weight-read bandwidth of one GPU / peak memory bandwidth of one GPU.",
+        "Achieved weight-read bandwidth of one GPU / peak memory bandwidth of one GPU; "
+        "absent above 1 (no GPU reads faster than its peak: a misread layout).",
         lambda d, c: derive.memory_bandwidth_utilization(
             d, c.weights_bytes, c.peak_bandwidth, c.tensor_parallel
         ),
@@ -347,6 +358,7 @@ ALL: tuple[Family, ...] = (
     KV_EXHAUSTION,
     FIRST_PREFILL,
     WARM_PREFILL,
+    INPUT_UNRECOGNISED,
     WEB_CONFIG_RELOAD,
 )
 BY_NAME: dict[str, Family] = {family.name: family for family in ALL}

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from prometheus_client.core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from vllm_glassbox import __version__
 from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.exposition import PollState, build_families
+from vllm_glassbox.exporter.exposition import PollState, build_families, unrecognised_inputs
 from vllm_glassbox.exporter.fetch import DEFAULT_MAX_BYTES, Fetcher, TargetCredentials
 from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
 from vllm_glassbox.exporter.history import History
@@ -100,6 +100,7 @@ class Poller:
         self._slow = False  # whether the latest poll answered after the interval
         self._stopping = False
         self._published: list[Metric] = []
+        self._told: set[tuple[str, str]] = set()  # unrecognised inputs already logged
         # Before the first poll ends vLLM is neither up nor down: no glassbox_target_up
         # yet, so a restarted exporter never shows a target down that is not.
         self._publish(up=None, duration=0.0, snapshot=None)
@@ -144,7 +145,8 @@ class Poller:
             self.engines = len(snapshot.engines)
             facts = self._facts()
             logged = facts.kv_cache_tokens if facts else None
-            self.used_tokens.add(started, used_tokens(snapshot, logged))
+            hybrid = facts.hybrid_kv if facts else False
+            self.used_tokens.add(started, used_tokens(snapshot, logged, hybrid))
             self.first_requests.observe(snapshot, started, restarted)
             self.polled_at = started
             self.last_success_unix = time.time()
@@ -215,9 +217,25 @@ class Poller:
             vllm_version=self.vllm_version,
             build_version=__version__,
             layout=self.layout(),
+            log_unrecognised=facts.unrecognised() if facts else {},
+            kv_hybrid_in_log=facts.hybrid_kv if facts else False,
         )
+        self._tell_unrecognised(unrecognised_inputs(state))
         # One reference swap: a scrape sees the previous publication or this one, whole.
         self._published = [f for f in build_families(state) if f.samples]
+
+    def _tell_unrecognised(self, shapes: Mapping[tuple[str, str], str]) -> None:
+        """One warning when a shape glassbox does not read appears (the gauge has it)."""
+        for (source, shape), shown in sorted(shapes.items()):
+            if (source, shape) not in self._told:
+                log.warning(
+                    "input glassbox does not read source=%s shape=%s shown_by=%r "
+                    "(the series it would feed are absent)",
+                    source,
+                    shape,
+                    shown,
+                )
+        self._told = set(shapes)
 
     def run(self, stop: threading.Event) -> None:
         # A poll that overran the interval (vLLM busy) is followed by a whole interval

@@ -8,7 +8,7 @@ canonical counters (`GENERATION_TOKENS`, `ITL_SUM`, ...) per engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vllm_glassbox.exporter.errors import ScrapeError
@@ -72,10 +72,15 @@ _GAUGES: dict[str, tuple[str, ...]] = {
 }
 _CACHE_CONFIG = "vllm:cache_config_info"
 _PROCESS_START = "process_start_time_seconds"
+# Numbers in cache_config_info for hybrid (attention + mamba) models only (0.11+; other
+# models show "None", or "False" on some builds).
+_MAMBA_LABELS = ("mamba_page_size_padded", "mamba_block_size")
+# Series only the V0 engine shows (its swap-based scheduler).
+_V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
 
 WANTED_SAMPLES: frozenset[str] = frozenset(
     [n for names in (*_COUNTERS.values(), *_GAUGES.values()) for n in names]
-    + [_ACCEPTED_PER_POS, _CACHE_CONFIG, _PROCESS_START]
+    + [_ACCEPTED_PER_POS, _CACHE_CONFIG, _PROCESS_START, *_V0_ONLY]
 )
 
 
@@ -95,6 +100,7 @@ class CacheConfig:
     kv_cache_size_tokens: int | None  # v0.24+, per engine
     kv_cache_memory_bytes: int | None  # only when the user set it
     gpu_memory_utilization: float | None
+    hybrid: bool = False  # mamba labels set: KV blocks shared by layer groups
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,9 @@ class Snapshot:
     engines: Mapping[EngineKey, EngineSample]
     cache: Mapping[str, CacheConfig] = field(default_factory=dict)  # by engine label
     process_start_time: float | None = None
+    # Shapes of the page glassbox does not read, with a sentence showing each
+    # (`glassbox_input_unrecognised{source="page"}`).
+    unrecognised: Mapping[str, str] = field(default_factory=dict)
 
     def cache_for(self, key: EngineKey) -> CacheConfig | None:
         return self.cache.get(key.engine)
@@ -161,6 +170,7 @@ def _cache_configs(series: Mapping[Labels, float] | None) -> dict[str, CacheConf
             kv_cache_size_tokens=_int_label(d, "kv_cache_size_tokens"),
             kv_cache_memory_bytes=_int_label(d, "kv_cache_memory_bytes"),
             gpu_memory_utilization=_float_label(d, "gpu_memory_utilization"),
+            hybrid=any((_int_label(d, name) or 0) > 0 for name in _MAMBA_LABELS),
         )
         for engine, d in by_engine.items()
     }
@@ -208,11 +218,57 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
             "the page has no vllm: series (is vLLM started with --disable-log-stats?)",
         )
     start = samples.get(_PROCESS_START, {}).get((), None)
+    unrecognised = _drop_untrusted_v0_counters(counters) if _is_v0(samples) else {}
     return Snapshot(
         engines={k: EngineSample(counters.get(k, {}), gauges.get(k, {})) for k in sorted(keys)},
         cache=_cache_configs(samples.get(_CACHE_CONFIG)),
         process_start_time=start,
+        unrecognised=unrecognised,
     )
+
+
+def _is_spec(name: str) -> bool:
+    return name in (SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED) or name.startswith(
+        SPEC_ACCEPTED_AT
+    )
+
+
+# Counters of a V0 page that count something else than their V1 namesakes, by the shape
+# glassbox_input_unrecognised names (vllm-metrics.md §7).
+_V0_UNTRUSTED: dict[str, tuple[Callable[[str], bool], str]] = {
+    # Observed at every periodic stats log too, with 0 tokens: no count of engine steps.
+    "v0_engine_steps": (
+        lambda name: name == ENGINE_STEPS,
+        "V0 page: vllm:iteration_tokens_total also observes 0-token steps",
+    ),
+    # The sampler's running totals added at every stats log: they grow quadratically.
+    "v0_spec_counters": (
+        _is_spec,
+        "V0 page: vllm:spec_decode_* counters add running totals at every stats log",
+    ),
+}
+
+
+def _drop_untrusted_v0_counters(counters: Mapping[EngineKey, dict[str, float]]) -> dict[str, str]:
+    """Remove (in place) the counters of a V0 page that no derived value may use, and name
+    each shape found."""
+    shapes: dict[str, str] = {}
+    for shape, (untrusted, why) in _V0_UNTRUSTED.items():
+        for engine_counters in counters.values():
+            for name in [n for n in engine_counters if untrusted(n)]:
+                del engine_counters[name]
+                shapes[shape] = why
+    return shapes
+
+
+def _is_v0(samples: Samples) -> bool:
+    """A page of the V0 engine: its own series, or counters without V1's engine label."""
+    if any(name in samples for name in _V0_ONLY):
+        return True
+    counted = [
+        labels for names in _COUNTERS.values() for n in names for labels in samples.get(n, {})
+    ]
+    return bool(counted) and not any("engine" in dict(labels) for labels in counted)
 
 
 def read_snapshot(text: str, limits: Limits = DEFAULT_LIMITS) -> Snapshot:

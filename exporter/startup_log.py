@@ -13,10 +13,13 @@ across versions (see docs/vllm-metrics.md §6):
         dtype=torch.bfloat16, ..., tensor_parallel_size=2, pipeline_parallel_size=1,
         data_parallel_size=1, ...                                   (V0: "an LLM engine")
 
-Who logs the weights differs: v0.11.0 logs every rank's shard, and every data-parallel
-engine its own copy; from 0.11.1 only the first rank of a node logs (its shard). So the
-facts keep every weights line by the process that wrote it, and the derivation core
-(`derive.weights_from_log`) turns them into the whole model's bytes.
+Who logs the weights differs: V0 and v0.11.0 log every rank's shard, and every
+data-parallel engine its own copy; from 0.11.1 only the first rank of a node logs (its
+shard). So the facts keep every weights line by the process that wrote it (its log
+prefix, `writer`) and the engine it belongs to, and the derivation core
+(`derive.weights_from_log`) turns them into the whole model's bytes. What the log does not
+let glassbox place (a prefix of no known shape, workers of several engines, experts split
+across engines) is named by `StartupFacts.unrecognised()` and gives no weights.
 
 `StartupFacts.feed(line)` is pure; `LogFollower` is the I/O that tails the file across
 restarts (truncation or rotation).
@@ -28,6 +31,7 @@ the stage seconds.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -41,11 +45,12 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # thousand digits) is not a startup fact, so it never raises and never yields inf.
 _NUMBER = r"[0-9]{1,15}(?:\.[0-9]{1,15})?"
 _COUNT = r"[0-9]{1,3}(?:,[0-9]{3}){1,5}|[0-9]{1,18}"  # 487,424 or 487424
-_PROCESS = re.compile(r"\((?P<proc>[A-Za-z0-9_\-\[\]]+) pid=(?P<pid>\d+)\)")
 _WEIGHTS = re.compile(
-    rf"(?:Model loading took|Loading model weights took) (?P<gib>{_NUMBER}) (?:GiB|GB)"
+    rf"(?:Model loading took|Loading model weights took) (?P<size>{_NUMBER}) (?P<unit>GiB|GB|MB)"
     rf"(?: memory)?(?: and (?P<sec>{_NUMBER}) seconds?)?"
 )
+# vLLM's "GB" and "MB" are binary units (it divides by 2**30 and 2**20).
+_UNIT_BYTES = {"GiB": GIB, "GB": GIB, "MB": 1024**2}
 _KV_MEMORY = re.compile(rf"Available KV cache memory: (?P<gib>{_NUMBER}) ?GiB")
 _KV_TOKENS = re.compile(
     rf"(?P<device>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<tokens>{_COUNT}) tokens"
@@ -53,19 +58,122 @@ _KV_TOKENS = re.compile(
 _CONCURRENCY = re.compile(
     rf"Maximum concurrency for (?P<len>{_COUNT}) tokens per request: (?P<x>{_NUMBER})x"
 )
-_ENGINE_CONFIG = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: ")
+_ENGINE_CONFIG = re.compile(  # 0.3 names no version
+    r"Initializing an? (?:V[01] )?LLM engine (?:\(v(?P<version>[^)\s]{1,64})\) )?with config: "
+)
 _LAYOUT = {
     name: re.compile(rf"(?<![\w.]){name}=([0-9]{{1,9}})(?![0-9])")
     for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 }
 _DTYPE = re.compile(r"(?<![\w.])dtype=torch\.(\w{1,32})")
-_DP_RANK = re.compile(r"_DP([0-9]{1,9})")
 _LOAD_TIME = re.compile(rf"Loading weights took (?P<sec>{_NUMBER}) seconds")
 # "vLLM API server version X" (older); the banner's "█  version X" (0.30+), or
 # "vLLM server version X, serving model M" when the banner is off (VLLM_DISABLE_LOG_LOGO).
 _SERVER_START = re.compile(
     r"(?:vLLM (?:API )?server version|█\s+version) (?P<version>[0-9][^\s,]{0,63})"
 )
+# V0's KV pool in blocks ("# GPU blocks: 5691, # CPU blocks: 2048"; "# npu blocks" on
+# Ascend, "# cuda blocks" on some builds): tokens need the page's block size.
+_V0_BLOCKS = re.compile(r"# (?:[A-Za-z]{1,8}) blocks: (?P<blocks>[0-9]{1,12}), # CPU blocks")
+# Expert parallelism: the flag, or a worker of a non-zero expert-parallel rank.
+_EXPERT_PARALLEL = re.compile(
+    r"'enable_expert_parallel': True|enable_expert_parallel=True|\bEP rank [1-9]"
+)
+# A hybrid model (attention beside mamba layers) shares its KV blocks between groups.
+_HYBRID_KV = re.compile(r"mamba page size|attention page size is >= mamba")
+
+
+# --- who wrote a line -----------------------------------------------------------------
+#
+# vLLM's child processes prefix their lines with "(name pid=N)"; launchers nest their own
+# outside it, and Ray adds the node's address:
+#   (Worker_TP1 pid=421) INFO …                                  0.11+ (ANSI until 0.30)
+#   (VllmWorker rank=1 pid=97) INFO …   (VllmWorker TP1 pid=9) INFO …        0.8–0.10
+#   (VllmWorkerProcess pid=273) INFO …                           V0 multiprocessing
+#   (RayWorkerWrapper pid=263, ip=10.0.16.95) INFO …             Ray, across nodes
+#   (APIServer pid=1) (DPEngineCoreActor pid=7, ip=10.0.0.2) INFO …   Ray data parallel
+#   (EngineCore_DP0 pid=559) (Worker_TP0 pid=566) INFO …         nested (Ascend)
+# The innermost prefix is the process; the innermost engine prefix of the chain places it
+# in its data-parallel engine. What a launcher writes before them ("[RAW SERVER] ", a
+# timestamp, a container name) is skipped; a parenthesised group right before the level
+# that is not a process prefix is a shape glassbox does not know.
+
+_PREFIX = re.compile(
+    r"\((?:(?P<name>[^()\s][^()]{0,127}?) )?pid=(?P<pid>[0-9]{1,10})"
+    r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]{1,45}))?\)"
+)
+_LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d ")
+_UNKNOWN_ENGINE = "?"  # a process behind a prefix glassbox does not know
+# Ray prints one line for N alike lines of its workers (numbers ignored), the first of
+# them shown: "(RayWorkerWrapper pid=7, ip=…) INFO … took 24.4 GB [repeated 3x across cluster]".
+_REPEATED = re.compile(r"\[repeated (?P<n>[0-9]{1,6})x across cluster\]")
+# The lines of a stage that ranks run side by side (one per rank).
+_STAGE_LINE = re.compile(
+    r"Model loading took|Loading weights took|torch\.compile (?:takes|took)"
+    r"|Graph capturing finished"
+)
+_GROUP_AT_END = re.compile(r"\([^()]{1,200}\)\s*$")
+# Data-parallel engines: EngineCore_DP<n> (0.11+), EngineCore_<n> (0.8–0.10), and the
+# workers of one (Worker_DP<n>_TP<m>); EngineCore and DPEngineCoreActor without a number
+# are engines too, each its own.
+_ENGINE = re.compile(r"^(?:EngineCore|DPEngineCoreActor)(?:_(?:DP)?(?P<index>[0-9]{1,9}))?$")
+_WORKER_OF_ENGINE = re.compile(r"^Worker_DP(?P<index>[0-9]{1,9})(?:_|$)")
+# Ranks a worker's name states: Worker_TP1, Worker_PP1_TP0, VllmWorker TP1, VllmWorker rank=1.
+_TP_RANK = re.compile(r"(?:_| )TP(?P<n>[0-9]{1,6})(?:_|$)")
+_PP_RANK = re.compile(r"(?:_| )PP(?P<n>[0-9]{1,6})(?:_|$)")
+_ANY_RANK = re.compile(r" rank=(?P<n>[0-9]{1,6})$")
+
+
+@dataclass(frozen=True)
+class Writer:
+    """The process that wrote a log line, as its prefixes say."""
+
+    process: str  # "Worker_TP1:421", "RayWorkerWrapper:263@10.0.16.95"; "main": no prefix
+    name: str  # "Worker_TP1"; "" without a prefix
+    engine: str | None  # "DP1", or an unnumbered engine process; None: the line does not say
+    unknown_prefix: str | None = None  # a group before the level that is no process prefix
+    tensor_ranks: int = 0  # the ranks its name implies: TP1 -> at least 2
+    pipeline_ranks: int = 0
+
+
+def _process_key(m: re.Match[str]) -> str:
+    key = f"{m['name'] or ''}:{m['pid']}"
+    return f"{key}@{m['ip']}" if m["ip"] else key
+
+
+def _engine_of(m: re.Match[str]) -> str | None:
+    name = m["name"] or ""
+    if e := _ENGINE.match(name):
+        return f"DP{e['index']}" if e["index"] else _process_key(m)
+    if w := _WORKER_OF_ENGINE.match(name):
+        return f"DP{w['index']}"
+    return None
+
+
+def writer(line: str, before: int | None = None) -> Writer:
+    """Who wrote a line (ANSI codes removed): the prefixes before its level, or before
+    `before` (where the fact starts) on a line without a level."""
+    level = _LEVEL.search(line, 0, before if before is not None else len(line))
+    return _writer_of(line[: level.start()] if level else line[: before or 0], level is not None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _writer_of(head: str, before_a_level: bool) -> Writer:
+    """The writer a line's head names (cached: a log repeats a few heads)."""
+    chain = list(_PREFIX.finditer(head))
+    leftover = _GROUP_AT_END.search(_PREFIX.sub("", head)) if before_a_level else None
+    unknown = leftover.group(0).strip() if leftover else None
+    if not chain:
+        return Writer("main", "", None, unknown)
+    engines = [e for m in chain if (e := _engine_of(m))]
+    inner = chain[-1]
+    name = inner["name"] or ""
+    tp = max((int(m["n"]) + 1 for m in _TP_RANK.finditer(name)), default=0)
+    pp = max((int(m["n"]) + 1 for m in _PP_RANK.finditer(name)), default=0)
+    if not tp and (m := _ANY_RANK.search(name)):  # "rank=N" counts TP × PP ranks
+        tp = int(m["n"]) + 1
+    engine = engines[-1] if engines else None
+    return Writer(_process_key(inner), name, engine, unknown, tp, pp)
 
 
 @dataclass(frozen=True)
@@ -74,10 +182,13 @@ class StartupFacts:
 
     # "Model loading took" bytes by the process that logged them ("Worker_TP1:421").
     weights_by_rank: dict[str, float] = field(default_factory=dict)
+    # The data-parallel engine each of those processes belongs to, where its prefixes say.
+    engine_of_rank: dict[str, str | None] = field(default_factory=dict)
     model_load_seconds: float | None = None
     weights_load_seconds: float | None = None
     kv_cache_memory_bytes: float | None = None
-    kv_cache_tokens: int | None = None
+    kv_cache_tokens: int | None = None  # the smallest a rank logged: what vLLM uses
+    kv_cache_blocks: int | None = None  # V0's "# GPU blocks: N" (per engine)
     max_model_len: int | None = None
     max_concurrency: float | None = None
     vllm_version: str | None = None
@@ -87,50 +198,169 @@ class StartupFacts:
     pipeline_parallel: int | None = None
     data_parallel: int | None = None
     model_dtype: str | None = None  # "bfloat16", "float32", ...
+    # What the process prefixes show: the engines, and how many tensor- and
+    # pipeline-parallel ranks (a lower bound where no engine-config line says).
+    engines_seen: frozenset[str] = frozenset()
+    tensor_ranks_seen: int = 0
+    pipeline_ranks_seen: int = 0
+    expert_parallel: bool = False
+    hybrid_kv: bool = False  # the log says the KV pool is shared by layer groups
+    # Shapes of lines glassbox does not read, with the first such line.
+    unknown_lines: Mapping[str, str] = field(default_factory=dict)
 
-    def weights_by_engine(self) -> dict[int, list[float]]:
+    def weights_by_engine(self) -> dict[str, list[float]]:
         """The logged weights by data-parallel engine: one entry per process that logged
-        (a shard under tensor or pipeline parallelism, else the whole copy)."""
-        engines: dict[int, list[float]] = {}
+        (a shard under tensor or pipeline parallelism, else the whole copy). A process
+        whose prefix names no engine belongs to the only engine there is; where several
+        engines run it cannot be placed (`unplaced_weights`)."""
+        only = next(iter(self.engines_seen)) if len(self.engines_seen) == 1 else "0"
+        engines: dict[str, list[float]] = {}
         for rank, size in self.weights_by_rank.items():
-            m = _DP_RANK.search(rank.partition(":")[0])
-            engines.setdefault(int(m.group(1)) if m else 0, []).append(size)
+            engine = self.engine_of_rank.get(rank) or only
+            engines.setdefault(engine, []).append(size)
         return engines
+
+    @property
+    def unplaced_weights(self) -> bool:
+        """Some weights line comes from a worker of one of several engines, which one the
+        log does not say (0.8–0.10 workers under data parallelism)."""
+        return len(self.engines_seen) > 1 and any(
+            self.engine_of_rank.get(rank) is None for rank in self.weights_by_rank
+        )
+
+    @property
+    def weights_readable(self) -> bool:
+        """Whether the weights lines make the whole model: each placed in its engine, by
+        prefixes glassbox knows, and no engine holding a share of the experts only."""
+        return not (
+            self.unplaced_weights
+            or self.experts_split_across_engines
+            or _UNKNOWN_ENGINE in self.engine_of_rank.values()
+        )
+
+    @property
+    def experts_split_across_engines(self) -> bool:
+        """Expert parallelism over data-parallel engines: each engine holds only its share
+        of the experts, so no engine's copy is the whole model."""
+        engines = max(len(self.engines_seen), self.data_parallel or 1)
+        return self.expert_parallel and engines > 1
+
+    def unrecognised(self) -> dict[str, str]:
+        """Shapes of this startup's log glassbox cannot read or place, each with a line or
+        a sentence that shows it (`glassbox_input_unrecognised{source="log"}`)."""
+        shapes = dict(self.unknown_lines)
+        if self.unplaced_weights:
+            shapes["unplaced_engine"] = "weights logged by workers of several engines: " + (
+                ", ".join(r for r in self.weights_by_rank if self.engine_of_rank.get(r) is None)
+            )
+        if self.experts_split_across_engines and self.weights_by_rank:
+            shapes["experts_across_engines"] = (
+                "expert parallelism across data-parallel engines: no engine holds the model"
+            )
+        return shapes
+
+    def _seeing(self, who: Writer, line: str) -> StartupFacts:
+        """These facts with what one line's prefixes show (self when nothing new)."""
+        engines = self.engines_seen
+        if who.engine is not None and who.engine not in engines:
+            engines = engines | {who.engine}
+        unknown = self.unknown_lines
+        if who.unknown_prefix is not None and not unknown:
+            unknown = {"unknown_process_prefix": line[:200]}
+        if (
+            engines is self.engines_seen
+            and unknown is self.unknown_lines
+            and who.tensor_ranks <= self.tensor_ranks_seen
+            and who.pipeline_ranks <= self.pipeline_ranks_seen
+        ):
+            return self
+        return replace(
+            self,
+            engines_seen=engines,
+            tensor_ranks_seen=max(who.tensor_ranks, self.tensor_ranks_seen),
+            pipeline_ranks_seen=max(who.pipeline_ranks, self.pipeline_ranks_seen),
+            unknown_lines=unknown,
+        )
+
+    def _restarted(self) -> StartupFacts:
+        """A new startup found by a process loading its weights again: its engine-config
+        line and prefixes, logged before the weights, are the latest ones."""
+        return replace(
+            StartupFacts(startups=self.startups + 1),
+            tensor_parallel=self.tensor_parallel,
+            pipeline_parallel=self.pipeline_parallel,
+            data_parallel=self.data_parallel,
+            model_dtype=self.model_dtype,
+            vllm_version=self.vllm_version,
+            engines_seen=self.engines_seen,
+            tensor_ranks_seen=self.tensor_ranks_seen,
+            pipeline_ranks_seen=self.pipeline_ranks_seen,
+            expert_parallel=self.expert_parallel,
+            hybrid_kv=self.hybrid_kv,
+        )
 
     def feed(self, raw_line: str) -> StartupFacts:
         """The facts after one more log line (a new startup clears the old facts)."""
         line = _ANSI.sub("", raw_line)
         if m := _SERVER_START.search(line):
             return StartupFacts(vllm_version=m.group("version"), startups=self.startups + 1)
+        facts = self
+        if "(" in line and _LEVEL.search(line):
+            facts = facts._seeing(writer(line), line)
+        repeated = _REPEATED.search(line) if "across cluster]" in line else None
+        if (
+            repeated
+            and _STAGE_LINE.search(line)
+            and "ray_deduplicated_lines" not in facts.unknown_lines
+        ):
+            # Hidden ranks' seconds: no stage is their slowest (RAY_DEDUP_LOGS=0 shows them).
+            facts = replace(
+                facts, unknown_lines={**facts.unknown_lines, "ray_deduplicated_lines": line[:200]}
+            )
         if m := _WEIGHTS.search(line):
-            proc = _PROCESS.search(line)
-            rank = proc.group("proc") + ":" + proc.group("pid") if proc else "main"
-            facts = self
-            if rank in self.weights_by_rank:  # the same rank loading again: a restart
-                # whose engine-config line, logged before its weights, is the latest one.
-                facts = replace(
-                    StartupFacts(startups=self.startups + 1),
-                    tensor_parallel=self.tensor_parallel,
-                    pipeline_parallel=self.pipeline_parallel,
-                    data_parallel=self.data_parallel,
-                    model_dtype=self.model_dtype,
-                )
-            seconds = float(m.group("sec")) if m.group("sec") else facts.model_load_seconds
+            who = writer(line, m.start())
+            # A repeated line stands for that many ranks, their shards taken as equal.
+            ranks = [who.process]
+            if repeated:
+                n = int(repeated["n"])
+                ranks = [f"{who.process} [{k} of {n} repeated]" for k in range(1, n + 1)]
+            elif who.process in facts.weights_by_rank:  # the same process loading again
+                facts = facts._restarted()
+            seconds = float(m["sec"]) if m["sec"] else None
+            if facts.model_load_seconds is not None:  # ranks load side by side: the slowest
+                seconds = max(seconds or 0.0, facts.model_load_seconds)
+            engine = _UNKNOWN_ENGINE if who.unknown_prefix else who.engine
+            size = float(m["size"]) * _UNIT_BYTES[m["unit"]]
             return replace(
                 facts,
-                weights_by_rank={**facts.weights_by_rank, rank: float(m.group("gib")) * GIB},
+                weights_by_rank={**facts.weights_by_rank, **dict.fromkeys(ranks, size)},
+                engine_of_rank={**facts.engine_of_rank, **dict.fromkeys(ranks, engine)},
                 model_load_seconds=seconds,
                 startups=max(facts.startups, 1),
             )
-        if _ENGINE_CONFIG.search(line):
-            return _with_engine_config(self, line)
+        if m := _ENGINE_CONFIG.search(line):
+            facts = _with_engine_config(facts, line)
+            if facts.vllm_version is None and m["version"]:  # no server-version line
+                facts = replace(facts, vllm_version=m["version"])
+            return facts
         if m := _KV_MEMORY.search(line):
-            return replace(self, kv_cache_memory_bytes=float(m.group("gib")) * GIB)
+            return replace(facts, kv_cache_memory_bytes=float(m.group("gib")) * GIB)
         if m := _LOAD_TIME.search(line):
-            return replace(self, weights_load_seconds=float(m.group("sec")))
-        facts = self
-        if m := _KV_TOKENS.search(line):
-            facts = replace(facts, kv_cache_tokens=int(m.group("tokens").replace(",", "")))
+            slowest = max(float(m["sec"]), facts.weights_load_seconds or 0.0)
+            return replace(facts, weights_load_seconds=slowest)
+        # A substring first: most lines are none of these, and the patterns scan the line.
+        if "blocks: " in line and (m := _V0_BLOCKS.search(line)):
+            return replace(facts, kv_cache_blocks=int(m["blocks"]))
+        expert_hint = "P rank" in line or "expert_parallel" in line
+        if expert_hint and not facts.expert_parallel and _EXPERT_PARALLEL.search(line):
+            facts = replace(facts, expert_parallel=True)
+        if "mamba" in line and not facts.hybrid_kv and _HYBRID_KV.search(line):
+            facts = replace(facts, hybrid_kv=True)
+        if "KV cache size" in line and (m := _KV_TOKENS.search(line)):
+            tokens = int(m.group("tokens").replace(",", ""))
+            if facts.kv_cache_tokens is not None:  # one line per rank (0.8): the smallest
+                tokens = min(tokens, facts.kv_cache_tokens)
+            facts = replace(facts, kv_cache_tokens=tokens)
         if m := _CONCURRENCY.search(line):
             facts = replace(
                 facts,
@@ -230,12 +460,6 @@ def log_time(line: str) -> LogTime | None:
     return LogTime(int(m["mon"]), int(m["day"]), second)
 
 
-def _process(line: str) -> str:
-    """The process a line comes from ("Worker_TP0:985"), or "main" without a prefix."""
-    proc = _PROCESS.search(line)
-    return proc.group("proc") + ":" + proc.group("pid") if proc else "main"
-
-
 def _add(per_process: Mapping[str, float], process: str, seconds: float) -> dict[str, float]:
     return {**per_process, process: per_process.get(process, 0.0) + seconds}
 
@@ -257,13 +481,26 @@ class ColdStart:
     weights_load_seconds: Mapping[str, float] = field(default_factory=dict)  # summed per process
     compile_seconds: Mapping[str, float] = field(default_factory=dict)  # summed per process
     cuda_graph_seconds: Mapping[str, float] = field(default_factory=dict)  # summed per process
-    engine_init_seconds: float | None = None  # includes compile and graph capture
+    engine_init_seconds: float | None = None  # the slowest engine's; includes compile, graphs
     engine_init_compile_seconds: float | None = None  # its "(compilation: S s)"
+    # A stage line came from behind a prefix glassbox does not know, or stands for several
+    # ranks (Ray's deduplication): ranks cannot be told apart, so no stage is read
+    # (derive.startup_stages).
+    ranks_unknown: bool = False
 
     @property
     def start_label(self) -> str:
         """The start as a label value: its log time, "" when the log did not show it."""
         return str(self.started_at) if self.started_at else ""
+
+    def _by(self, line: str, fact_at: int) -> tuple[ColdStart, str]:
+        """The process that wrote a stage line, and this start marked when its ranks cannot
+        be told apart (a prefix of no known shape, a line Ray deduplicated)."""
+        who = writer(line, fact_at)
+        unknown = who.unknown_prefix or ("across cluster]" in line and _REPEATED.search(line))
+        if unknown and not self.ranks_unknown:
+            return replace(self, ranks_unknown=True), who.process
+        return self, who.process
 
     def feed(self, raw_line: str) -> ColdStart:
         """This start after one more log line; a server-version line begins a new start."""
@@ -275,27 +512,37 @@ class ColdStart:
                 return self
             return replace(self, ready_at=log_time(line))
         if m := _MODEL_LOAD_TIME.search(line):
-            loads = {**self.model_load_seconds, _process(line): float(m["sec"])}
-            return replace(self, model_load_seconds=loads)
+            cold, process = self._by(line, m.start())
+            loads = {**cold.model_load_seconds, process: float(m["sec"])}
+            return replace(cold, model_load_seconds=loads)
         if m := _LOAD_TIME.search(line):
-            weights = _add(self.weights_load_seconds, _process(line), float(m["sec"]))
-            return replace(self, weights_load_seconds=weights)
+            cold, process = self._by(line, m.start())
+            weights = _add(cold.weights_load_seconds, process, float(m["sec"]))
+            return replace(cold, weights_load_seconds=weights)
         if m := _COMPILE.search(line):
-            compiled = _add(self.compile_seconds, _process(line), float(m["sec"]))
-            return replace(self, compile_seconds=compiled)
+            cold, process = self._by(line, m.start())
+            compiled = _add(cold.compile_seconds, process, float(m["sec"]))
+            return replace(cold, compile_seconds=compiled)
         if m := _GRAPHS.search(line):
-            graphs = _add(self.cuda_graph_seconds, _process(line), float(m["sec"]))
-            return replace(self, cuda_graph_seconds=graphs)
+            cold, process = self._by(line, m.start())
+            graphs = _add(cold.cuda_graph_seconds, process, float(m["sec"]))
+            return replace(cold, cuda_graph_seconds=graphs)
         if m := _ENGINE_INIT.search(line):
+            seconds = float(m["sec"])
+            if self.engine_init_seconds is not None and seconds <= self.engine_init_seconds:
+                return self  # data-parallel engines each log theirs: the slowest counts
             compile_part = float(m["compile"]) if m["compile"] else None
             return replace(
-                self,
-                engine_init_seconds=float(m["sec"]),
-                engine_init_compile_seconds=compile_part,
+                self, engine_init_seconds=seconds, engine_init_compile_seconds=compile_part
             )
         if self.model_name is None and (m := _SERVED_MODEL.search(line)):
-            return replace(self, model_name=m["name"])
+            return replace(self, model_name=_served_name(m["name"]))
         return self
+
+
+def _served_name(raw: str) -> str:
+    """The name without the ")" that closes 0.4's engine-config line."""
+    return raw[:-1] if raw.endswith(")") and raw.count(")") > raw.count("(") else raw
 
 
 def read_cold_starts(text: str) -> list[ColdStart]:

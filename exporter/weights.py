@@ -400,7 +400,8 @@ def resolve_weights(
     source = ""
     if flag_bytes is not None:
         total, source = flag_bytes, "flag"
-    elif facts is not None:
+    elif facts is not None and facts.weights_readable:
+        # A log whose weights lines cannot be placed in their engines gives no total.
         logged = derive.weights_from_log(facts.weights_by_engine(), layout.shards)
         if logged is not None:
             total, source = logged, "log"

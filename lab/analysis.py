@@ -67,7 +67,7 @@ def startup_facts(
     cache = None
     if snapshot is not None and snapshot.engines:
         cache = snapshot.cache_for(next(iter(snapshot.engines)))
-    kv_tokens = derive.kv_cache_capacity_tokens(cache, facts.kv_cache_tokens)
+    kv_tokens = derive.kv_cache_capacity_tokens(cache, facts.kv_cache_tokens, facts.hybrid_kv)
     kv_memory = facts.kv_cache_memory_bytes
     if kv_memory is None and cache is not None and cache.kv_cache_memory_bytes is not None:
         kv_memory = float(cache.kv_cache_memory_bytes)

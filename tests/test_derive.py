@@ -364,10 +364,10 @@ def test_tensor_parallel_bandwidth_is_per_gpu_and_below_its_peak() -> None:
     per_gpu = derive.weight_read_bandwidth_per_gpu(d, QWEN_7B_BF16, tensor_parallel=2)
     assert per_gpu == pytest.approx(QWEN_7B_BF16 / 2 / 0.012)
     utilization = derive.memory_bandwidth_utilization(d, QWEN_7B_BF16, L40S, tensor_parallel=2)
-    assert utilization == pytest.approx(0.7345, abs=1e-4)  # whole model vs one GPU said 1.47
-    assert derive.memory_bandwidth_utilization(d, QWEN_7B_BF16, L40S) == pytest.approx(
-        1.4689, abs=1e-4
-    )
+    assert utilization == pytest.approx(0.7345, abs=1e-4)
+    # The layout misread as TP=1 makes one GPU read the whole model: 1.47 of its peak,
+    # which no GPU does, so it is absent rather than published.
+    assert derive.memory_bandwidth_utilization(d, QWEN_7B_BF16, L40S) is None
 
 
 def test_tensor_parallel_decode_floor_is_below_the_measured_step() -> None:
@@ -393,21 +393,21 @@ def test_the_fits_marginal_bandwidth_is_the_slopes_inverse() -> None:
 
 
 def test_every_rank_logged_its_shard_the_copy_is_their_sum() -> None:
-    assert derive.weights_from_log({0: [2.0, 2.0]}, shards=2) == 4.0
+    assert derive.weights_from_log({"0": [2.0, 2.0]}, shards=2) == 4.0
 
 
 def test_one_rank_logged_its_shard_the_copy_is_scaled_to_every_shard() -> None:
-    assert derive.weights_from_log({0: [7.16]}, shards=2) == pytest.approx(14.32)
-    assert derive.weights_from_log({0: [32.8571]}, shards=4) == pytest.approx(131.4284)
+    assert derive.weights_from_log({"0": [7.16]}, shards=2) == pytest.approx(14.32)
+    assert derive.weights_from_log({"0": [32.8571]}, shards=4) == pytest.approx(131.4284)
 
 
 def test_data_parallel_copies_count_once() -> None:
-    assert derive.weights_from_log({0: [14.9935], 1: [14.9935]}, shards=1) == 14.9935
+    assert derive.weights_from_log({"0": [14.9935], "1": [14.9935]}, shards=1) == 14.9935
 
 
 def test_more_lines_than_shards_are_all_counted() -> None:
     # A layout the log did not state (V0 logs, no flag): what was logged is all there is.
-    assert derive.weights_from_log({0: [1.0, 1.0, 1.0]}, shards=1) == 3.0
+    assert derive.weights_from_log({"0": [1.0, 1.0, 1.0]}, shards=1) == 3.0
     assert derive.weights_from_log({}, shards=2) is None
 
 
@@ -547,3 +547,35 @@ def test_load_bandwidth_is_weights_over_the_load_stage() -> None:
     assert derive.model_load_bytes_per_second(None, 0.5) is None
     assert derive.model_load_bytes_per_second(15.3e9, None) is None
     assert derive.model_load_bytes_per_second(15.3e9, 0.0) is None
+
+
+# --- numbers that cannot be are never published ---------------------------------------------
+
+
+def test_tokens_per_engine_step_below_one_is_absent_not_published() -> None:
+    # V0's 0-token observations: 1000 tokens over 1351 "steps" would read 0.74.
+    d = Increase({s.GENERATION_TOKENS: 1000.0, s.ENGINE_STEPS: 1351.0}, 60.0)
+    assert derive.tokens_per_engine_step(d) is None
+    assert derive.weight_bytes_per_output_token(d, 15e9) is None  # would be 1.35× the model
+    ok = Increase({s.GENERATION_TOKENS: 1000.0, s.ENGINE_STEPS: 1000.0}, 60.0)
+    assert derive.tokens_per_engine_step(ok) == 1.0
+    assert derive.weight_bytes_per_output_token(ok, 15e9) == 15e9
+
+
+def test_physically_possible_is_one_rule_with_its_bounds_inclusive() -> None:
+    assert derive.physically_possible(1.0, at_least=1.0) == 1.0
+    assert derive.physically_possible(0.999, at_least=1.0) is None
+    assert derive.physically_possible(1.0, at_most=1.0) == 1.0
+    assert derive.physically_possible(1.001, at_most=1.0) is None
+    assert derive.physically_possible(None, at_least=1.0) is None
+
+
+def test_a_hybrid_pool_is_vllms_own_count_or_nothing() -> None:
+    hybrid = s.CacheConfig(1600, 1000, 1, None, None, None, hybrid=True)
+    assert derive.kv_cache_capacity_tokens(hybrid) is None  # 1000 × 1600 counts two groups
+    assert derive.kv_cache_capacity_tokens(hybrid, 800_000) == 800_000
+    plain = s.CacheConfig(16, 1000, 1, None, None, None)
+    assert derive.kv_cache_capacity_tokens(plain, 900) == 16_000
+    assert derive.kv_cache_capacity_tokens(plain, 900, hybrid=True) == 900  # the log says so
+    counted = s.CacheConfig(1600, 1000, 1, 812_000, None, None, hybrid=True)
+    assert derive.kv_cache_capacity_tokens(counted) == 812_000  # 0.24+: vLLM's own

@@ -653,11 +653,17 @@ def serve_pages(pages: list[str]) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def exporter_series_names() -> frozenset[str]:
+def exporter_series_names(tmp_path_factory: pytest.TempPathFactory) -> frozenset[str]:
     """Every sample name the exporter publishes after polling two pages captured from the
     real vLLM (speculating, mid-flood: requests waiting, preemptions), with weights and
-    peak bandwidth known, following the same server's startup log."""
+    peak bandwidth known, following the same server's startup log (and one line of a
+    launcher's prefix glassbox does not read, for glassbox_input_unrecognised)."""
     pages = [fixture_page("cpu-0.32/spec-after-2x256.txt"), fixture_page("cpu-0.32/flood-mid.txt")]
+    vllm_log = tmp_path_factory.mktemp("log") / "vllm.log"
+    vllm_log.write_text(
+        (LOGS / "cpu-0.32-spec-startup.log").read_text()
+        + "(launcher job=1) INFO 11-29 12:00:00 [x.py:1] serving\n"
+    )
     with serve_pages(pages) as url:
         clock = functools.partial(next, itertools.count(0.0, 15.0))  # polls 30 s apart
         poller = Poller(
@@ -668,7 +674,7 @@ def exporter_series_names() -> frozenset[str]:
                 timeout_seconds=5.0,
                 weights_bytes=2e9,
                 peak_bandwidth=1e12,
-                vllm_log=str(LOGS / "cpu-0.32-spec-startup.log"),
+                vllm_log=str(vllm_log),
             ),
             clock=clock,
         )

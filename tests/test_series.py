@@ -64,7 +64,7 @@ def everything_known() -> PollState:
         ),
         increases={key: Increase(counters, WINDOW_SECONDS)},
         weights=Weights(1.0, "flag", active_bytes=0.5),  # mixture of experts: every family
-        peak_bandwidth=1.0,
+        peak_bandwidth=10.0,  # a utilization of 0.5: a physically possible one
         kv_cache_memory_bytes=1.0,
         kv_cache_logged_tokens=128,
         vllm_version="0",
@@ -73,6 +73,7 @@ def everything_known() -> PollState:
         first_requests={key: FirstRequests(1.0, 1.0, at=30.0)},
         polled_at=WINDOW_SECONDS,
         used_tokens_growth={key: Growth(10.0, WINDOW_SECONDS)},
+        log_unrecognised={"unknown_process_prefix": "(launcher job=1) INFO 01-01 00:00:00 …"},
     )
 
 

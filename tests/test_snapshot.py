@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import kv_cache_blocks, kv_cache_capacity_tokens
 from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
+from vllm_glassbox.exporter.snapshot import (
+    ENGINE_STEPS,
+    GENERATION_TOKENS,
+    EngineKey,
+    read_snapshot,
+)
 
 from tests.fixtures import grow_engines, page
 
@@ -188,3 +194,46 @@ def test_a_malformed_page_is_refused_before_any_reading() -> None:
     with pytest.raises(ScrapeError) as info:
         read_snapshot(page("cpu-0.32/plain-idle.txt")[:-1])
     assert info.value.reason == "parse"
+
+
+CORPUS = Path(__file__).parent / "fixtures" / "corpus"
+
+
+def test_a_v0_page_keeps_no_engine_step_count_and_says_why() -> None:
+    snap = read_snapshot((CORPUS / "handwritten-v0.10-v0-page.txt").read_text())
+    [sample] = snap.engines.values()
+    assert ENGINE_STEPS not in sample.counters
+    assert sample.counters[GENERATION_TOKENS] == 1000.0
+    assert set(snap.unrecognised) == {"v0_engine_steps"}
+
+
+def test_a_v1_page_keeps_its_engine_steps_and_flags_nothing() -> None:
+    snap = read_snapshot(page("cpu-0.32/plain-after-3x64.txt"))
+    assert all(ENGINE_STEPS in e.counters for e in snap.engines.values())
+    assert snap.unrecognised == {}
+
+
+def test_only_a_number_in_a_mamba_label_makes_the_pool_hybrid() -> None:
+    hybrid = read_snapshot((CORPUS / "handwritten-v0.11.1-hybrid-page.txt").read_text())
+    assert [c.hybrid for c in hybrid.cache.values()] == [True]
+    # The real 0.24 build labels every model mamba_block_size="False".
+    real = read_snapshot(page("cuda-0.24.0-h200/bf16-idle.txt"))
+    assert 'mamba_block_size="False"' in page("cuda-0.24.0-h200/bf16-idle.txt")
+    assert [c.hybrid for c in real.cache.values()] == [False]
+
+
+def test_a_speculating_v0_page_keeps_none_of_its_running_total_spec_counters() -> None:
+    text = (CORPUS / "handwritten-v0.10-v0-page.txt").read_text() + (
+        "# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n"
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+        'vllm:spec_decode_num_draft_tokens_total{model_name="qwen"} 5050.0\n'
+        "# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.\n"
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+        'vllm:spec_decode_num_accepted_tokens_total{model_name="qwen"} 2525.0\n'
+    )
+    snap = read_snapshot(text)
+    [sample] = snap.engines.values()
+    assert not any(name.startswith("spec_") for name in sample.counters)
+    assert set(snap.unrecognised) == {"v0_engine_steps", "v0_spec_counters"}
+    v1 = read_snapshot(page("cpu-0.32/spec-after-2x256.txt"))  # V1 keeps them
+    assert all(s.SPEC_DRAFTS in e.counters for e in v1.engines.values())

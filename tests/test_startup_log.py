@@ -16,6 +16,7 @@ from vllm_glassbox.exporter.startup_log import (
     log_time,
     read_cold_starts,
     read_facts,
+    writer,
 )
 from vllm_glassbox.exporter.weights import resolve_weights
 
@@ -246,7 +247,7 @@ def test_follower_drops_a_runaway_line_and_keeps_going(tmp_path: Path) -> None:
 def test_v0_11_data_parallel_engines_each_log_a_full_copy_counted_once() -> None:
     facts = read_facts(log("v0.11.0-dp2.log"))
     assert (facts.tensor_parallel, facts.pipeline_parallel, facts.data_parallel) == (1, 1, 2)
-    assert facts.weights_by_engine() == {0: [14.9935 * GIB], 1: [14.9935 * GIB]}
+    assert facts.weights_by_engine() == {"DP0": [14.9935 * GIB], "DP1": [14.9935 * GIB]}
     assert whole_model(facts) == pytest.approx(14.9935 * GIB)  # summing every line: 29.99
 
 
@@ -473,3 +474,151 @@ def test_the_lab_gets_the_last_starts_stages_from_a_whole_log() -> None:
     stages = derive.latest_startup_stages(log("v0.14.0-restart.log"))
     assert stages is not None and stages.weights_load == 2.731021  # the second start
     assert derive.latest_startup_stages("no vLLM here\n") is None
+
+
+# --- who wrote a line: process prefixes of every shape --------------------------------------
+
+CORPUS = Path(__file__).parent / "fixtures" / "corpus"
+
+
+def corpus(name: str) -> str:
+    return (CORPUS / name).read_text()
+
+
+@pytest.mark.parametrize(
+    ("head", "process", "engine"),
+    [
+        ("(VllmWorker rank=1 pid=97) ", "VllmWorker rank=1:97", None),  # 0.8
+        ("(VllmWorker TP1 pid=2012385) ", "VllmWorker TP1:2012385", None),  # 0.10
+        ("(VllmWorkerProcess pid=273) ", "VllmWorkerProcess:273", None),  # V0
+        ("(RayWorkerWrapper pid=263, ip=10.0.16.95) ", "RayWorkerWrapper:263@10.0.16.95", None),
+        ("(pid=12, ip=10.0.0.3) ", ":12@10.0.0.3", None),  # Ray, unnamed
+        ("(EngineCore_1 pid=5) ", "EngineCore_1:5", "DP1"),  # 0.8–0.10 data parallel
+        ("(EngineCore_DP3 pid=5) ", "EngineCore_DP3:5", "DP3"),
+        ("(EngineCore pid=5) ", "EngineCore:5", "EngineCore:5"),  # one unnumbered engine
+        ("(Worker_DP1_TP0 pid=9) ", "Worker_DP1_TP0:9", "DP1"),
+        ("(EngineCore_DP0 pid=559) (Worker_TP0 pid=566) ", "Worker_TP0:566", "DP0"),
+        (
+            "(APIServer pid=1) (DPEngineCoreActor pid=7, ip=10.0.0.2) ",
+            "DPEngineCoreActor:7@10.0.0.2",
+            "DPEngineCoreActor:7@10.0.0.2",
+        ),
+        (
+            "(ServeReplica:default:LLMServer:q pid=62683) (EngineCore pid=64296) "
+            "(RayWorkerProc pid=65043) ",
+            "RayWorkerProc:65043",
+            "EngineCore:64296",
+        ),
+        ("[RAW SERVER] (Worker_TP2 pid=1456) ", "Worker_TP2:1456", None),
+        ("2024-09-13T22:25:38,258 [INFO ] W-9000 MODEL_LOG - ", "main", None),
+        ("", "main", None),
+    ],
+)
+def test_every_process_prefix_names_its_own_process_and_engine(
+    head: str, process: str, engine: str | None
+) -> None:
+    who = writer(head + "INFO 10-05 12:00:00 [x.py:1] Loading weights took 1.00 seconds (all)")
+    assert (who.process, who.engine, who.unknown_prefix) == (process, engine, None)
+
+
+def test_a_parenthesised_group_of_no_known_shape_before_the_level_is_unknown() -> None:
+    who = writer("(launcher job=42) INFO 01-01 00:00:05 [x.py:1] Model loading took 7 GiB")
+    assert who.unknown_prefix == "(launcher job=42)"
+    facts = read_facts(corpus("handwritten-unknown-prefix.log"))
+    assert set(facts.unrecognised()) == {"unknown_process_prefix"}
+    assert whole_model(facts) is None
+    assert derive.latest_startup_stages(corpus("handwritten-unknown-prefix.log")) == (
+        derive.StartupStages(None, None, None, None, None, None)
+    )
+
+
+def test_tp8_worker_ranks_make_each_stage_the_slowest_rank_not_the_sum() -> None:
+    stages = derive.latest_startup_stages(corpus("handwritten-v0.9-tp8-vllmworker-rank.log"))
+    assert stages is not None
+    # Folded into one process the eight ranks' graph captures summed to 201 s.
+    assert (stages.cuda_graphs, stages.compile, stages.weights_load) == (26.0, 38.9, 22.41)
+    assert stages.engine_init == pytest.approx(70.31 - 38.9 - 26.0)
+
+
+def test_a_second_ranks_weights_line_is_no_restart() -> None:
+    facts = read_facts(corpus("pytorch-serve-3315-v0.6-tp2-weights.log"))
+    assert facts.startups == 1
+    assert whole_model(facts) == pytest.approx(2 * 7.5122 * GIB)  # not one shard of 7.51
+    assert facts.kv_cache_blocks == 61913  # V0's "# GPU blocks: N"
+
+
+def test_slowest_rank_load_is_the_model_load_time() -> None:
+    facts = read_facts(corpus("euroeval-1178-v0.10.2-worker-tp2.log"))
+    assert facts.model_load_seconds == 41.962876  # not the last line's
+    assert facts.weights_load_seconds == 0.66
+
+
+def test_0_8_engine_core_n_engines_each_log_a_copy_counted_once() -> None:
+    facts = read_facts(corpus("handwritten-v0.9-dp2-enginecore-n.log"))
+    assert facts.weights_by_engine() == {"DP0": [14.9935 * GIB], "DP1": [14.9935 * GIB]}
+    assert whole_model(facts) == pytest.approx(14.9935 * GIB)  # summed: 29.99
+    assert resolve_layout(facts).data == 2
+
+
+def test_workers_of_several_engines_leave_the_weights_absent_and_flagged() -> None:
+    facts = read_facts(corpus("handwritten-v0.9-dp2-tp2-unplaced.log"))
+    assert facts.startups == 1
+    assert set(facts.unrecognised()) == {"unplaced_engine"}
+    assert whole_model(facts) is None
+
+
+def test_expert_parallelism_across_engines_leaves_the_weights_absent_and_flagged() -> None:
+    facts = read_facts(corpus("handwritten-v0.11-dp2-expert-parallel.log"))
+    assert set(facts.unrecognised()) == {"experts_across_engines"}
+    assert whole_model(facts) is None
+    single = read_facts(corpus("vllm-25340-v0.10.2-gguf.log"))  # "EP rank 0" of one rank
+    assert (single.expert_parallel, whole_model(single)) == (False, 2.2845 * GIB)
+
+
+def test_v0_engine_config_line_gives_layout_dtype_and_version() -> None:
+    facts = read_facts(corpus("kserve-4470-v0.8.5-v0.log"))
+    assert (facts.vllm_version, facts.tensor_parallel, facts.model_dtype) == (
+        "0.8.5.post1",
+        1,
+        "bfloat16",
+    )
+    line = corpus("vllm-6145-v0.5.0-tp4.log").replace("an LLM engine", "a V0 LLM engine")
+    assert read_facts(line).tensor_parallel == 4
+
+
+def test_a_server_version_line_wins_over_the_engine_config_lines_version() -> None:
+    config = corpus("trl-3310-v0.8.3-enginecore-n.log")
+    assert read_facts(config).vllm_version == "0.8.3"
+    server = "INFO 04-17 23:04:50 [api_server.py:1] vLLM API server version 0.8.3.post1\n"
+    assert read_facts(server + config).vllm_version == "0.8.3.post1"
+
+
+def test_one_kv_size_per_rank_the_smallest_counts() -> None:
+    facts = read_facts(corpus("handwritten-v0.8.5-kv-size-per-rank.log"))
+    assert facts.kv_cache_tokens == 1_039_872  # the last line was the larger one
+
+
+def test_served_model_name_loses_0_4s_closing_parenthesis() -> None:
+    [start] = read_cold_starts(corpus("handwritten-v0.4.2-served-name-paren.log"))
+    assert start.model_name == "meta-llama/Llama-2-7b-hf"
+
+
+def test_worker_prefixes_state_the_layout_when_no_engine_config_line_does() -> None:
+    facts = read_facts(corpus("gpustack-runner-251-v0.27-hybrid-tp2.log"))
+    assert (facts.tensor_parallel, facts.tensor_ranks_seen) == (None, 2)
+    assert resolve_layout(facts).tensor == 2
+    assert whole_model(facts) == pytest.approx(2 * 9.68 * GIB)  # one rank's shard: 9.68
+    assert facts.hybrid_kv
+
+
+def test_a_line_ray_deduplicated_counts_its_ranks_and_hides_their_stage_seconds() -> None:
+    facts = read_facts(corpus("vllm-6689-v0.5-ray-multinode-dedup.log"))
+    assert len(facts.weights_by_rank) == 15  # 2 lines of one rank, 5 lines of 13
+    assert (facts.startups, facts.unrecognised()) == (1, {})
+    graphs = (
+        "(RayWorkerWrapper pid=7, ip=10.0.0.2) INFO 08-07 10:50:49 model_runner.py:1 "
+        "Graph capturing finished in 14 secs. [repeated 7x across cluster]"
+    )
+    assert set(read_facts(graphs).unrecognised()) == {"ray_deduplicated_lines"}
+    [start] = read_cold_starts(graphs)
+    assert derive.startup_stages(start).cuda_graphs is None  # the slowest rank is hidden
