@@ -223,9 +223,14 @@ class StartupFacts:
     @property
     def unplaced_weights(self) -> bool:
         """Some weights line comes from a worker of one of several engines, which one the
-        log does not say (0.8–0.10 workers under data parallelism)."""
-        return len(self.engines_seen) > 1 and any(
-            self.engine_of_rank.get(rank) is None for rank in self.weights_by_rank
+        log does not say (0.8–0.10 workers under data parallelism). Where the engine-config
+        line says one GPU per engine (TP = PP = 1), every worker holds the whole model
+        whichever engine it serves (vLLM 0.24's `(Worker pid=…)` under DP on CUDA)."""
+        whole_copies = self.tensor_parallel == 1 and (self.pipeline_parallel or 1) == 1
+        return (
+            not whole_copies
+            and len(self.engines_seen) > 1
+            and any(self.engine_of_rank.get(rank) is None for rank in self.weights_by_rank)
         )
 
     @property
