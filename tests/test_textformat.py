@@ -26,9 +26,9 @@ def _reference(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]
 
 def test_fixture_set_covers_captured_and_synthesized_pages() -> None:
     assert len([p for p in ALL_PAGES if p.startswith("cpu-0.32/")]) == 12
-    assert (
-        len([p for p in ALL_PAGES if p.startswith("cuda-0.24.0-")]) == 8
-    )  # TP=2 idle; one H200: idle, the flood, speculation
+    # TP=2 idle; one H200: idle, the flood, speculation; two H200s: 11 of vLLM's pages and
+    # the exporter's page beside each.
+    assert len([p for p in ALL_PAGES if p.startswith("cuda-0.24.0-")]) == 8 + 2 * 11
     assert len([p for p in ALL_PAGES if p.startswith("v0.11.0-")]) == 6
 
 
