@@ -1,0 +1,283 @@
+"""Each vLLM release run for real here (tests/fixtures/matrix/<version>/, captured by
+scripts/capture-matrix.sh): what glassbox reads from its startup log and pages, and what
+`glassbox exporter` published beside it, against the values worked out by hand from that
+release's own counters.
+
+The hand side never goes through glassbox's parsers: it sums the page's sample lines by
+their exact names (each release's own: v0.11 and v0.14 name the decode-step histogram
+twice, later releases once) and applies the definitions written out below.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
+from vllm_glassbox.exporter.startup_log import read_cold_starts, read_facts
+
+MATRIX = Path(__file__).resolve().parent / "fixtures" / "matrix"
+VERSIONS = sorted(p.parent.name for p in MATRIX.glob("*/startup.log"))
+DP_VERSIONS = [v for v in VERSIONS if (MATRIX / v / "dp2-after-2x64.txt").exists()]
+
+# The tiny model (lab.tinymodel TinyModelSpec("tiny-capture")), by hand:
+# KV bytes per token = 4 layers × 2 (K and V) × 2 KV heads × 64 dims × 2 bytes (BF16).
+KV_BYTES_PER_TOKEN = 4 * 2 * 2 * 64 * 2
+POOL_BYTES = 33_554_432  # --kv-cache-memory-bytes of every capture
+POOL_TOKENS = POOL_BYTES // KV_BYTES_PER_TOKEN  # 16,384
+# Parameters: embeddings and LM head 2 × 1024 × 256, final norm 256, and per layer two
+# norms 2 × 256, q and o 2 × 256², k and v 2 × (128 × 256 + 128), q's bias 256, MLP
+# 3 × 704 × 256; two bytes each.
+LAYER = 2 * 256 + 2 * 256**2 + 2 * (128 * 256 + 128) + 256 + 3 * 704 * 256
+PARAMETERS = 2 * 1024 * 256 + 256 + 4 * LAYER
+WEIGHTS_BYTES = 2 * PARAMETERS  # 6,955,520: the safetensors' tensor bytes
+TINY = EngineKey("tiny", "0")
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+
+
+def _text(version: str, name: str) -> str:
+    return (MATRIX / version / name).read_text()
+
+
+@cache
+def _samples(version: str, name: str) -> list[tuple[str, str, float]]:
+    """(name, labels text, value) of every sample line, read by hand."""
+    out = []
+    for line in _text(version, name).splitlines():
+        if m := _SAMPLE.match(line):
+            out.append((m["name"], m["labels"] or "", float(m["value"])))
+    return out
+
+
+def raw(version: str, page: str, name: str, engine: str | None = None) -> float:
+    """The sum of the samples named exactly `name` (of one engine, if given)."""
+    return sum(
+        value
+        for n, labels, value in _samples(version, page)
+        if n == name and (engine is None or f'engine="{engine}"' in labels)
+    )
+
+
+def exported(version: str, page: str, name: str, /, **labels: str) -> float | None:
+    """One sample of the exporter's page whose labels include `labels`."""
+    wanted = [f'{k}="{v}"' for k, v in labels.items()]
+    found = [
+        value
+        for n, text, value in _samples(version, page)
+        if n == name and all(w in text.split(",") for w in wanted)
+    ]
+    assert len(found) <= 1, f"{name}{labels}: {found}"
+    return found[0] if found else None
+
+
+@dataclass(frozen=True)
+class ByHand:
+    """Counter increases of one engine, from the release's own sample names."""
+
+    generated: float
+    first_tokens: float
+    itl_sum: float
+    itl_count: float
+    engine_steps: float
+    drafts: float
+    draft_tokens: float
+    accepted: float
+
+    def __add__(self, other: ByHand) -> ByHand:
+        return ByHand(*(a + b for a, b in zip(self.values(), other.values(), strict=True)))
+
+    def values(self) -> tuple[float, ...]:
+        return tuple(self.__dict__.values())
+
+    # The definitions, written out.
+    @property
+    def tpot(self) -> float:  # decode-step seconds per token made by decoding
+        return self.itl_sum / (self.generated - self.first_tokens)
+
+    @property
+    def tokens_per_forward_pass(self) -> float:
+        return (self.generated - self.first_tokens) / self.itl_count
+
+    @property
+    def tokens_per_engine_step(self) -> float:
+        return self.generated / self.engine_steps
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.draft_tokens
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        return 1 + self.accepted / self.drafts
+
+    @property
+    def draft_coverage(self) -> float:
+        return self.drafts / self.itl_count
+
+
+def itl_name(version: str, page: str) -> str:
+    """The decode-step histogram: inter_token_latency_seconds where the page has it."""
+    names = {n for n, _, _ in _samples(version, page)}
+    current = "vllm:inter_token_latency_seconds"
+    return current if f"{current}_sum" in names else "vllm:time_per_output_token_seconds"
+
+
+def by_hand(version: str, before: str | None, after: str, engine: str = "0") -> ByHand:
+    """Increase from page `before` (None: from zero, a fresh start) to page `after`."""
+
+    def grew(name: str) -> float:
+        start = raw(version, before, name, engine) if before else 0.0
+        return raw(version, after, name, engine) - start
+
+    itl = itl_name(version, after)
+    return ByHand(
+        generated=grew("vllm:generation_tokens_total"),
+        first_tokens=grew("vllm:time_to_first_token_seconds_count"),
+        itl_sum=grew(f"{itl}_sum"),
+        itl_count=grew(f"{itl}_count"),
+        engine_steps=grew("vllm:iteration_tokens_total_count"),
+        drafts=grew("vllm:spec_decode_num_drafts_total"),
+        draft_tokens=grew("vllm:spec_decode_num_draft_tokens_total"),
+        accepted=grew("vllm:spec_decode_num_accepted_tokens_total"),
+    )
+
+
+def glassbox_increase(version: str, before: str, after: str) -> derive.Increase:
+    snaps = [read_snapshot(_text(version, p)) for p in (before, after)]
+    return derive.snapshot_increases(snaps[0], snaps[1], 1.0)[TINY]
+
+
+def capture(version: str) -> Mapping[str, object]:
+    record: dict[str, object] = json.loads(_text(version, "capture.json"))
+    return record
+
+
+# --- the startup log -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_startup_log_gives_version_pool_and_single_gpu_layout(version: str) -> None:
+    text = _text(version, "startup.log")
+    facts = read_facts(text)
+    assert facts.vllm_version == version.removesuffix(".0") or facts.vllm_version == version
+    # "KV cache size: 16,384 tokens" (GPU or CPU, by release): the pool by hand.
+    logged = re.search(r"KV cache size: ([\d,]+) tokens", text)
+    assert logged is not None and int(logged[1].replace(",", "")) == POOL_TOKENS
+    assert facts.kv_cache_tokens == POOL_TOKENS
+    assert facts.max_model_len == 2048
+    assert (facts.tensor_parallel, facts.pipeline_parallel) == (1, 1)
+    assert facts.model_dtype == "bfloat16"
+    assert facts.startups == 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_restart_appended_to_the_log_is_a_second_start(version: str) -> None:
+    text = _text(version, "restart.log")
+    starts = read_cold_starts(text)
+    assert len(starts) == 2
+    assert read_facts(text).startups == 2
+    assert read_facts(text).kv_cache_tokens == POOL_TOKENS
+    for cold in starts:
+        stages = derive.startup_stages(cold)
+        # Each start's stages stack up to its own start-to-ready time.
+        assert stages.total is not None and stages.total > 0
+        assert sum(stages.by_stage().values()) == pytest.approx(stages.total)
+
+
+# --- the pages, through the snapshot and the derivation core -----------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_pool_on_the_page_is_blocks_times_block_size(version: str) -> None:
+    text = _text(version, "idle.txt")
+    info = re.search(r"^vllm:cache_config_info\{([^}]*)\}", text, re.M)
+    assert info is not None
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', info[1]))
+    blocks, block_size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
+    assert blocks * block_size == POOL_TOKENS
+    cache = read_snapshot(text).cache_for(TINY)
+    assert derive.kv_cache_blocks(cache) == blocks
+    assert derive.kv_cache_capacity_tokens(cache) == POOL_TOKENS
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [("idle.txt", "after-3x64.txt"), ("after-3x64.txt", "spec-after-2x256.txt")],
+)
+def test_decode_series_equal_the_hand_computation(version: str, before: str, after: str) -> None:
+    hand = by_hand(version, before, after)
+    d = glassbox_increase(version, before, after)
+    assert derive.time_per_output_token(d) == pytest.approx(hand.tpot, rel=1e-12)
+    assert derive.tokens_per_forward_pass(d) == pytest.approx(hand.tokens_per_forward_pass)
+    assert derive.tokens_per_engine_step(d) == pytest.approx(hand.tokens_per_engine_step)
+    if hand.draft_tokens:
+        assert derive.spec_acceptance_ratio(d) == pytest.approx(hand.acceptance)
+        assert derive.spec_mean_acceptance_length(d) == pytest.approx(hand.mean_acceptance_length)
+        assert derive.spec_draft_coverage(d) == pytest.approx(hand.draft_coverage)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_requests_of_64_tokens_count_as_sent(version: str) -> None:
+    hand = by_hand(version, "idle.txt", "after-3x64.txt")
+    assert (hand.generated, hand.first_tokens) == (3 * 64, 3)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_restart_starts_the_counters_again_from_zero(version: str) -> None:
+    d = glassbox_increase(version, "spec-after-2x256.txt", "restart-after-1x64.txt")
+    hand = by_hand(version, None, "restart-after-1x64.txt")
+    assert (hand.generated, hand.first_tokens) == (64, 1)
+    assert derive.time_per_output_token(d) == pytest.approx(hand.tpot)
+
+
+# --- glassbox exporter, run beside the live server ---------------------------------------
+
+# Each exporter page covers everything since the idle page (a one-hour window, from the
+# exporter's first poll of the idle server); after the restart, both runs of the server.
+EXPORTER_PAGES = {
+    "after-3x64.txt": lambda v: by_hand(v, "idle.txt", "after-3x64.txt"),
+    "spec-after-2x256.txt": lambda v: by_hand(v, "idle.txt", "spec-after-2x256.txt"),
+    "restart-after-1x64.txt": lambda v: (
+        by_hand(v, "idle.txt", "spec-after-2x256.txt") + by_hand(v, None, "restart-after-1x64.txt")
+    ),
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("page", list(EXPORTER_PAGES))
+def test_the_exporter_publishes_the_hand_computed_series(version: str, page: str) -> None:
+    hand = EXPORTER_PAGES[page](version)
+    out = f"exporter-{page}"
+    tiny = {"model_name": "tiny", "engine": "0"}
+    assert exported(version, out, "glassbox_target_up") == 1.0
+    assert exported(version, out, "glassbox_time_per_output_token_seconds", **tiny) == (
+        pytest.approx(hand.tpot)
+    )
+    assert exported(version, out, "glassbox_tokens_per_forward_pass", **tiny) == (
+        pytest.approx(hand.tokens_per_forward_pass)
+    )
+    assert exported(version, out, "glassbox_tokens_per_engine_step", **tiny) == (
+        pytest.approx(hand.tokens_per_engine_step)
+    )
+    if hand.draft_tokens:
+        assert exported(version, out, "glassbox_spec_decode_acceptance_ratio", **tiny) == (
+            pytest.approx(hand.acceptance)
+        )
+        assert exported(
+            version, out, "glassbox_spec_decode_mean_acceptance_length", **tiny
+        ) == pytest.approx(hand.mean_acceptance_length)
+    assert exported(version, out, "glassbox_kv_cache_capacity_tokens", **tiny) == POOL_TOKENS
+    assert exported(version, out, "glassbox_model_weights_bytes") == WEIGHTS_BYTES
+    assert exported(version, out, "glassbox_vllm_info", version=version) == 1.0
+    layout = {"tensor_parallel": "1", "pipeline_parallel": "1", "data_parallel": "1"}
+    assert exported(version, out, "glassbox_parallel_info", **layout) == 1.0
+    restarts = 1.0 if page.startswith("restart") else 0.0
+    assert exported(version, out, "glassbox_target_restarts_total") == restarts
