@@ -86,6 +86,7 @@ class Session:
     workdir: Path
     header: list[str]
     port_base: int = PORT_BASE
+    kv_space_gib: int | None = None
     record: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -164,6 +165,11 @@ class Exporter:
 
 
 def _start(session: Session, name: str, flags: list[str], port: int, **env: str) -> ServerProcess:
+    if session.kv_space_gib is not None:
+        # Releases whose CPU build ignores --kv-cache-memory-bytes: their pool in whole GiB.
+        i = flags.index("--kv-cache-memory-bytes")
+        flags = flags[:i] + flags[i + 2 :]
+        env = {**env, "VLLM_CPU_KVCACHE_SPACE": str(session.kv_space_gib)}
     server = ServerProcess(
         _flags(session.record["model_dir"], flags),
         log_path=session.workdir / f"{name}.log",
@@ -282,7 +288,7 @@ at a time; the plain prompt `"Kubernetes is"`, the repetitive one `"1 2 3 4 5"` 
 with `repetition_penalty 1.0`. Every page starts with `#` lines saying what preceded it.
 
 **spec** server: `{spec_flags}`
-(TP=1; a 16,384-token pool).{spec_what} Started in {spec_starts} s (wall clock, process start to
+(TP=1; {pool}).{spec_what} Started in {spec_starts} s (wall clock, process start to
 `/health`; the second figure is the restart).
 
 - `startup.log`: its output up to the moment `/health` first answered; `version.json`:
@@ -298,7 +304,7 @@ with `repetition_penalty 1.0`. Every page starts with `#` lines saying what prec
   --model-dir <the model>` beside the server (one process across the restart), its
   `/metrics` as of a poll after the page of the same name was read
 
-**dp2** server: `{dp2_flags}` with `VLLM_CPU_OMP_THREADS_BIND=0|1`. {dp2_what}
+**dp2** server: `{dp2_flags}` with `VLLM_CPU_OMP_THREADS_BIND=0|1`{dp2_env}. {dp2_what}
 """
 
 
@@ -326,6 +332,13 @@ def write_readme(out: Path, version: str, record: Mapping[str, Any]) -> None:
         if own
         else f"`scripts/install-vllm-version.sh {version}` into a virtualenv of its own",
         spec_flags=" ".join(record["spec_flags"]),
+        pool=f"a {record['kv_pool_bytes'] // 2048:,}-token pool"
+        + (
+            f", set by {record['kv_space_env']}: this release's CPU build ignores "
+            "--kv-cache-memory-bytes, which the command line still shows"
+            if record.get("kv_space_env")
+            else ""
+        ),
         spec_what=f" Speculation refused: {record['spec_refused']} (`spec-refused.log`: "
         "the attempt's log); the server ran without."
         if "spec_refused" in record
@@ -333,6 +346,7 @@ def write_readme(out: Path, version: str, record: Mapping[str, Any]) -> None:
         spec_starts=" and ".join(str(x) for x in starts.get("spec", [])) or "?",
         dp2_flags=" ".join(record["dp2_flags"]),
         dp2_what=dp2,
+        dp2_env=f" and {record['kv_space_env']}" if record.get("kv_space_env") else "",
     )
     (out / "README.md").write_text(text)
 
@@ -356,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/glassbox-matrix"))
     parser.add_argument("--port-base", type=int, default=PORT_BASE, help="loopback ports from")
     parser.add_argument("--only", choices=["spec", "dp2"], help="capture one server only")
+    parser.add_argument(
+        "--kv-space-gib",
+        type=int,
+        help="set the pool by VLLM_CPU_KVCACHE_SPACE (GiB) instead of --kv-cache-memory-bytes, "
+        "which the CPU build of releases before 0.2x ignores",
+    )
     parser.add_argument(
         "--readme", action="store_true", help="only rewrite README.md from capture.json"
     )
@@ -384,7 +404,9 @@ def main(argv: list[str] | None = None) -> int:
         "# by tests/capture_matrix.py; model: lab.tinymodel TinyModelSpec('tiny-capture') "
         "(Qwen2, hidden 256, 4 layers, random bf16 weights)",
     ]
-    session = Session(args.version, args.python, out, workdir, header, args.port_base)
+    session = Session(
+        args.version, args.python, out, workdir, header, args.port_base, args.kv_space_gib
+    )
     session.record = {"model_dir": model_dir}
     record_path = out / "capture.json"
     previous = json.loads(record_path.read_text()) if record_path.exists() else {}
@@ -401,6 +423,12 @@ def main(argv: list[str] | None = None) -> int:
         "spec_flags": session.record.get("spec_flags", previous.get("spec_flags")),
         "dp2_flags": _shown_flags(DP_FLAGS),
         "dp2_env": DP_ENV,
+        "kv_pool_bytes": PLAIN_POOL_BYTES
+        if args.kv_space_gib is None
+        else args.kv_space_gib * 2**30,
+        "kv_space_env": None
+        if args.kv_space_gib is None
+        else f"VLLM_CPU_KVCACHE_SPACE={args.kv_space_gib}",
         "start_seconds": {
             **previous.get("start_seconds", {}),
             **session.record.get("start_seconds", {}),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -29,8 +28,6 @@ DP_VERSIONS = [v for v in VERSIONS if (MATRIX / v / "dp2-after-2x64.txt").exists
 # The tiny model (lab.tinymodel TinyModelSpec("tiny-capture")), by hand:
 # KV bytes per token = 4 layers × 2 (K and V) × 2 KV heads × 64 dims × 2 bytes (BF16).
 KV_BYTES_PER_TOKEN = 4 * 2 * 2 * 64 * 2
-POOL_BYTES = 33_554_432  # --kv-cache-memory-bytes of every capture
-POOL_TOKENS = POOL_BYTES // KV_BYTES_PER_TOKEN  # 16,384
 # Parameters: embeddings and LM head 2 × 1024 × 256, final norm 256, and per layer two
 # norms 2 × 256, q and o 2 × 256², k and v 2 × (128 × 256 + 128), q's bias 256, MLP
 # 3 × 704 × 256; two bytes each.
@@ -154,9 +151,12 @@ def glassbox_increase(version: str, before: str, after: str) -> derive.Increase:
     return derive.snapshot_increases(snaps[0], snaps[1], 1.0)[TINY]
 
 
-def capture(version: str) -> Mapping[str, object]:
-    record: dict[str, object] = json.loads(_text(version, "capture.json"))
-    return record
+def pool_tokens(version: str) -> int:
+    """The pool the capture asked for, in tokens: --kv-cache-memory-bytes 33554432
+    (16,384 tokens), or VLLM_CPU_KVCACHE_SPACE=1 (524,288) where the CPU build ignores
+    the flag (capture.json)."""
+    pool_bytes: int = json.loads(_text(version, "capture.json"))["kv_pool_bytes"]
+    return pool_bytes // KV_BYTES_PER_TOKEN
 
 
 # --- the startup log -----------------------------------------------------------------------
@@ -167,10 +167,10 @@ def test_the_startup_log_gives_version_pool_and_single_gpu_layout(version: str) 
     text = _text(version, "startup.log")
     facts = read_facts(text)
     assert facts.vllm_version == version.removesuffix(".0") or facts.vllm_version == version
-    # "KV cache size: 16,384 tokens" (GPU or CPU, by release): the pool by hand.
+    # "GPU KV cache size: 524,288 tokens" (0.11, 0.14), "CPU KV cache size: …" (later).
     logged = re.search(r"KV cache size: ([\d,]+) tokens", text)
-    assert logged is not None and int(logged[1].replace(",", "")) == POOL_TOKENS
-    assert facts.kv_cache_tokens == POOL_TOKENS
+    assert logged is not None and int(logged[1].replace(",", "")) == pool_tokens(version)
+    assert facts.kv_cache_tokens == pool_tokens(version)
     assert facts.max_model_len == 2048
     assert (facts.tensor_parallel, facts.pipeline_parallel) == (1, 1)
     assert facts.model_dtype == "bfloat16"
@@ -183,7 +183,7 @@ def test_a_restart_appended_to_the_log_is_a_second_start(version: str) -> None:
     starts = read_cold_starts(text)
     assert len(starts) == 2
     assert read_facts(text).startups == 2
-    assert read_facts(text).kv_cache_tokens == POOL_TOKENS
+    assert read_facts(text).kv_cache_tokens == pool_tokens(version)
     for cold in starts:
         stages = derive.startup_stages(cold)
         # Each start's stages stack up to its own start-to-ready time.
@@ -201,10 +201,10 @@ def test_the_pool_on_the_page_is_blocks_times_block_size(version: str) -> None:
     assert info is not None
     labels = dict(re.findall(r'(\w+)="([^"]*)"', info[1]))
     blocks, block_size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
-    assert blocks * block_size == POOL_TOKENS
+    assert blocks * block_size == pool_tokens(version)
     cache = read_snapshot(text).cache_for(TINY)
     assert derive.kv_cache_blocks(cache) == blocks
-    assert derive.kv_cache_capacity_tokens(cache) == POOL_TOKENS
+    assert derive.kv_cache_capacity_tokens(cache) == pool_tokens(version)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -274,10 +274,86 @@ def test_the_exporter_publishes_the_hand_computed_series(version: str, page: str
         assert exported(
             version, out, "glassbox_spec_decode_mean_acceptance_length", **tiny
         ) == pytest.approx(hand.mean_acceptance_length)
-    assert exported(version, out, "glassbox_kv_cache_capacity_tokens", **tiny) == POOL_TOKENS
+    capacity = exported(version, out, "glassbox_kv_cache_capacity_tokens", **tiny)
+    assert capacity == pool_tokens(version)
     assert exported(version, out, "glassbox_model_weights_bytes") == WEIGHTS_BYTES
     assert exported(version, out, "glassbox_vllm_info", version=version) == 1.0
     layout = {"tensor_parallel": "1", "pipeline_parallel": "1", "data_parallel": "1"}
     assert exported(version, out, "glassbox_parallel_info", **layout) == 1.0
     restarts = 1.0 if page.startswith("restart") else 0.0
     assert exported(version, out, "glassbox_target_restarts_total") == restarts
+
+
+# --- two data-parallel engines -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", DP_VERSIONS)
+def test_each_data_parallel_engine_logs_the_whole_pool_and_model(version: str) -> None:
+    text = _text(version, "dp2-startup.log")
+    # Each engine logs its own pool: "… KV cache size: N tokens" once per engine.
+    logged = [int(n.replace(",", "")) for n in re.findall(r"KV cache size: ([\d,]+) tokens", text)]
+    assert logged == [pool_tokens(version)] * 2
+    facts = read_facts(text)
+    assert facts.kv_cache_tokens == pool_tokens(version)
+    assert facts.tensor_parallel == 1
+
+
+@pytest.mark.parametrize("version", DP_VERSIONS)
+@pytest.mark.parametrize("engine", ["0", "1"])
+def test_each_engine_decodes_one_request_by_hand_and_by_the_exporter(
+    version: str, engine: str
+) -> None:
+    hand = by_hand(version, "dp2-idle.txt", "dp2-after-2x64.txt", engine)
+    assert (hand.generated, hand.first_tokens, hand.itl_count) == (64, 1, 63)
+    snaps = [read_snapshot(_text(version, p)) for p in ("dp2-idle.txt", "dp2-after-2x64.txt")]
+    d = derive.snapshot_increases(snaps[0], snaps[1], 1.0)[EngineKey("tiny", engine)]
+    assert derive.time_per_output_token(d) == pytest.approx(hand.tpot)
+    assert derive.tokens_per_forward_pass(d) == 1.0
+    out = "exporter-dp2-after-2x64.txt"
+    labels = {"model_name": "tiny", "engine": engine}
+    assert exported(version, out, "glassbox_time_per_output_token_seconds", **labels) == (
+        pytest.approx(hand.tpot)
+    )
+    assert exported(version, out, "glassbox_tokens_per_forward_pass", **labels) == 1.0
+    capacity = exported(version, out, "glassbox_kv_cache_capacity_tokens", **labels)
+    assert capacity == pool_tokens(version)
+
+
+@pytest.mark.parametrize("version", DP_VERSIONS)
+def test_the_exporter_sees_two_engines_of_one_whole_model(version: str) -> None:
+    out = "exporter-dp2-after-2x64.txt"
+    layout = {"tensor_parallel": "1", "pipeline_parallel": "1", "data_parallel": "2"}
+    assert exported(version, out, "glassbox_parallel_info", **layout) == 1.0
+    # One engine's copy is the model: the weights are not summed over the engines.
+    assert exported(version, out, "glassbox_model_weights_bytes") == WEIGHTS_BYTES
+
+
+def test_the_matrix_holds_every_release_run_here() -> None:
+    assert {"0.11.0", "0.14.1", "0.24.0", "0.32.0"} <= set(VERSIONS)
+
+
+# The first start of each capture, read off its startup.log by hand: the server-version
+# line (or banner) to "Starting vLLM (API) server … on", "Loading weights took S
+# seconds", "init engine (profile, create kv cache, warmup model) took S s". No release's
+# CPU build logs a compile or graph-capture time here, so the init-engine line is the
+# engine_init stage whole.
+FIRST_START = {
+    # 10:40:54 → 10:45:02
+    "0.14.1": {"total": 248.0, "weights_load": 0.10, "engine_init": 181.68},
+    # 10:39:14 → 10:44:20
+    "0.24.0": {"total": 306.0, "weights_load": 0.03, "engine_init": 181.65},
+    # 10:23:33 → 10:28:23
+    "0.32.0": {"total": 290.0, "weights_load": 0.05, "engine_init": 165.06},
+}
+
+
+@pytest.mark.parametrize("version", sorted(FIRST_START))
+def test_the_first_start_by_stage_equals_the_log_read_by_hand(version: str) -> None:
+    [cold] = read_cold_starts(_text(version, "startup.log"))
+    stages = derive.startup_stages(cold)
+    hand = FIRST_START[version]
+    assert stages.total == hand["total"]
+    assert stages.weights_load == pytest.approx(hand["weights_load"])
+    assert stages.engine_init == pytest.approx(hand["engine_init"])
+    assert (stages.compile, stages.cuda_graphs) == (None, None)
+    assert stages.other == pytest.approx(hand["total"] - hand["weights_load"] - hand["engine_init"])
