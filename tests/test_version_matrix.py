@@ -338,6 +338,8 @@ def test_the_matrix_holds_every_release_run_here() -> None:
 # CPU build logs a compile or graph-capture time here, so the init-engine line is the
 # engine_init stage whole.
 FIRST_START = {
+    # 10:46:24 → 10:51:48
+    "0.11.0": {"total": 324.0, "weights_load": 0.19, "engine_init": 229.09},
     # 10:40:54 → 10:45:02
     "0.14.1": {"total": 248.0, "weights_load": 0.10, "engine_init": 181.68},
     # 10:39:14 → 10:44:20
@@ -357,3 +359,12 @@ def test_the_first_start_by_stage_equals_the_log_read_by_hand(version: str) -> N
     assert stages.engine_init == pytest.approx(hand["engine_init"])
     assert (stages.compile, stages.cuda_graphs) == (None, None)
     assert stages.other == pytest.approx(hand["total"] - hand["weights_load"] - hand["engine_init"])
+
+
+def test_v0_11_names_the_decode_step_histogram_twice_with_the_same_observations() -> None:
+    # time_per_output_token_seconds (deprecated) and inter_token_latency_seconds: glassbox
+    # reads the second; on this page both say 189 steps of 11.82 s in all.
+    for suffix in ("_sum", "_count"):
+        old = raw("0.11.0", "after-3x64.txt", f"vllm:time_per_output_token_seconds{suffix}")
+        new = raw("0.11.0", "after-3x64.txt", f"vllm:inter_token_latency_seconds{suffix}")
+        assert old == new > 0
