@@ -87,6 +87,15 @@ class Session:
     header: list[str]
     port_base: int = PORT_BASE
     kv_space_gib: int | None = None
+
+    def flags(self, flags: list[str]) -> list[str]:
+        """`flags` as this release takes them: without --kv-cache-memory-bytes where its
+        CPU build ignores it (its pool is then VLLM_CPU_KVCACHE_SPACE, whole GiB)."""
+        if self.kv_space_gib is None:
+            return flags
+        i = flags.index("--kv-cache-memory-bytes")
+        return flags[:i] + flags[i + 2 :]
+
     record: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -166,9 +175,6 @@ class Exporter:
 
 def _start(session: Session, name: str, flags: list[str], port: int, **env: str) -> ServerProcess:
     if session.kv_space_gib is not None:
-        # Releases whose CPU build ignores --kv-cache-memory-bytes: their pool in whole GiB.
-        i = flags.index("--kv-cache-memory-bytes")
-        flags = flags[:i] + flags[i + 2 :]
         env = {**env, "VLLM_CPU_KVCACHE_SPACE": str(session.kv_space_gib)}
     server = ServerProcess(
         _flags(session.record["model_dir"], flags),
@@ -211,7 +217,7 @@ def _send(cap: Capture, prompt: str, max_tokens: int, times: int, **extra: Any) 
 def capture_spec(session: Session) -> None:
     log = session.workdir / "spec.log"
     log.unlink(missing_ok=True)
-    flags = SPEC_FLAGS
+    flags = session.flags(SPEC_FLAGS)
     try:
         server = _start(session, "spec", flags, session.port_base + 1)
     except ServerError as e:
@@ -220,7 +226,7 @@ def capture_spec(session: Session) -> None:
         session.record["spec_refused"] = refusal(log.read_text(errors="replace"))
         print(f"  speculation refused: {session.record['spec_refused']} ({e})")
         log.unlink()
-        flags = PLAIN_FLAGS
+        flags = session.flags(PLAIN_FLAGS)
         server = _start(session, "spec", flags, session.port_base + 1)
     session.record["spec_flags"] = _shown_flags(flags)
     (session.out / "startup.log").write_text(server.log_text())
@@ -255,7 +261,7 @@ def capture_dp2(session: Session) -> None:
     log = session.workdir / "dp2.log"
     log.unlink(missing_ok=True)
     try:
-        server = _start(session, "dp2", DP_FLAGS, session.port_base + 2, **DP_ENV)
+        server = _start(session, "dp2", session.flags(DP_FLAGS), session.port_base + 2, **DP_ENV)
     except ServerError as e:
         (session.out / "dp2-refused.log").write_text(log.read_text(errors="replace"))
         session.record["dp2_refused"] = refusal(log.read_text(errors="replace"))
@@ -265,7 +271,8 @@ def capture_dp2(session: Session) -> None:
     exporter = Exporter(server.url, log, session)
     exporter.start()
     try:
-        cap = Capture("dp2", server, _shown_flags(DP_FLAGS), session.out, session.header)
+        dp_flags = _shown_flags(session.flags(DP_FLAGS))
+        cap = Capture("dp2", server, dp_flags, session.out, session.header)
         cap.save("dp2-idle.txt", cap.page("/metrics"), "idle right after startup")
         _send(cap, PLAIN_PROMPT, 64, 2)
         _save_with_exporter(cap, exporter, "dp2-after-2x64.txt", "after 2 requests of 64")
@@ -335,7 +342,7 @@ def write_readme(out: Path, version: str, record: Mapping[str, Any]) -> None:
         pool=f"a {record['kv_pool_bytes'] // 2048:,}-token pool"
         + (
             f", set by {record['kv_space_env']}: this release's CPU build ignores "
-            "--kv-cache-memory-bytes, which the command line still shows"
+            "--kv-cache-memory-bytes"
             if record.get("kv_space_env")
             else ""
         ),
@@ -421,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         "captured": date,
         "installed": installed,
         "spec_flags": session.record.get("spec_flags", previous.get("spec_flags")),
-        "dp2_flags": _shown_flags(DP_FLAGS),
+        "dp2_flags": _shown_flags(session.flags(DP_FLAGS)),
         "dp2_env": DP_ENV,
         "kv_pool_bytes": PLAIN_POOL_BYTES
         if args.kv_space_gib is None
