@@ -302,7 +302,7 @@ with `repetition_penalty 1.0`. Every page starts with `#` lines saying what prec
   its `/version`
 - `idle.txt`: `/metrics` right after startup, after the exporter's first poll
 - `after-3x64.txt`: after 3 plain requests of 64 tokens
-- `spec-after-2x256.txt`: after 2 more, repetitive, of 256 tokens (ngram drafts)
+- `spec-after-2x256.txt`: after 2 more, repetitive, of 256 tokens (drafted where the server speculates)
 - `restart.log`: the same log after the server was stopped (SIGTERM) and started again
   with the same flags, appending: both starts
 - `restart-idle.txt`, `restart-after-1x64.txt`: the restarted server idle, then after 1
@@ -324,7 +324,7 @@ def write_readme(out: Path, version: str, record: Mapping[str, Any]) -> None:
     elif "dp2" in starts:
         dp2 = (
             f"Started in {starts['dp2'][0]} s. `dp2-startup.log`; `dp2-idle.txt`; "
-            "`dp2-after-2x64.txt` after 2 plain requests of 64 (one on each engine); "
+            "`dp2-after-2x64.txt` after 2 plain requests of 64 (vLLM places each on an engine); "
             "`exporter-dp2-after-2x64.txt`, its own exporter's page."
         )
     else:
@@ -355,6 +355,9 @@ def write_readme(out: Path, version: str, record: Mapping[str, Any]) -> None:
         dp2_what=dp2,
         dp2_env=f" and {record['kv_space_env']}" if record.get("kv_space_env") else "",
     )
+    notes = record.get("notes", [])  # written by hand into capture.json after a capture
+    if notes:
+        text += "\n## Notes\n\n" + "".join(f"- {note}\n" for note in notes)
     (out / "README.md").write_text(text)
 
 
