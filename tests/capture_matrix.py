@@ -302,7 +302,8 @@ with `repetition_penalty 1.0`. Every page starts with `#` lines saying what prec
   its `/version`
 - `idle.txt`: `/metrics` right after startup, after the exporter's first poll
 - `after-3x64.txt`: after 3 plain requests of 64 tokens
-- `spec-after-2x256.txt`: after 2 more, repetitive, of 256 tokens (drafted where the server speculates)
+- `spec-after-2x256.txt`: after 2 more, repetitive, of 256 tokens (drafted where the
+  server speculates)
 - `restart.log`: the same log after the server was stopped (SIGTERM) and started again
   with the same flags, appending: both starts
 - `restart-idle.txt`, `restart-after-1x64.txt`: the restarted server idle, then after 1
