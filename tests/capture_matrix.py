@@ -32,7 +32,6 @@ import argparse
 import datetime
 import importlib.metadata
 import json
-import re
 import shlex
 import subprocess
 import sys
@@ -44,7 +43,12 @@ from typing import Any
 
 import httpx
 from vllm_glassbox.exporter.textformat import parse_samples
-from vllm_glassbox.lab.server_process import ChildProcess, ServerError, ServerProcess
+from vllm_glassbox.lab.server_process import (
+    ChildProcess,
+    ServerError,
+    ServerProcess,
+    exceptions_in_log,
+)
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
 from tests.capture_fixtures import (
@@ -103,16 +107,10 @@ class Session:
         return f"{shlex.quote(str(self.python))} -m vllm.entrypoints.openai.api_server"
 
 
-# A traceback's last line, behind a process prefix "(EngineCore_DP0 pid=1) " or a log
-# line's "[core.py:936] ".
-_EXCEPTION = re.compile(r"(?:^|[)\]] )([A-Za-z_][\w.]*(?:Error|Exception): .+)$", re.M)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
 def refusal(log_text: str) -> str:
     """The first exception a failed start's log names."""
-    found = _EXCEPTION.search(_ANSI.sub("", log_text))
-    return found.group(1).strip() if found else "no exception in the log"
+    found = exceptions_in_log(log_text)
+    return found[0] if found else "no exception in the log"
 
 
 class Exporter:

@@ -20,6 +20,7 @@ import pytest
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.exporter.startup_log import read_cold_starts, read_facts
+from vllm_glassbox.lab.server_process import exceptions_in_log
 
 MATRIX = Path(__file__).resolve().parent / "fixtures" / "matrix"
 VERSIONS = sorted(p.parent.name for p in MATRIX.glob("*/startup.log"))
@@ -461,3 +462,25 @@ def test_v0_11_names_the_decode_step_histogram_twice_with_the_same_observations(
         old = raw("0.11.0", "after-3x64.txt", f"vllm:time_per_output_token_seconds{suffix}")
         new = raw("0.11.0", "after-3x64.txt", f"vllm:inter_token_latency_seconds{suffix}")
         assert old == new > 0
+
+
+@pytest.mark.parametrize(
+    ("version", "cause"),
+    [
+        ("0.11.0", "AssertionError: spec decode is not supported."),
+        ("0.14.1", "AssertionError: spec decode is not supported."),
+        (
+            "0.24.0",
+            "TypeError: _sample_recovered_tokens_kernel_impl() got an unexpected keyword "
+            "argument 'USE_FP64_GUMBEL'",
+        ),
+    ],
+)
+def test_a_refused_start_is_told_by_its_root_cause_not_its_last_line(
+    version: str, cause: str
+) -> None:
+    # The engine core's exception sits behind its process prefix and colours; the log's
+    # last line only says "Engine core initialization failed. See root cause above."
+    found = exceptions_in_log(_text(version, "spec-refused.log"))
+    assert found[0] == cause
+    assert found[-1].startswith("RuntimeError: Engine core initialization failed.")
