@@ -25,8 +25,22 @@ from vllm_glassbox.exporter.fetch import fetch_once
 
 DEFAULT_COMMAND = f"{shlex.quote(sys.executable)} -m vllm.entrypoints.openai.api_server"
 
-# A Python exception as a traceback's last line names it: "ModuleNotFoundError: No module…".
-_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .+")
+# A Python exception as a traceback's last line names it: "ModuleNotFoundError: No module…",
+# alone or behind vLLM's process prefix "(EngineCore_DP0 pid=1) " or a log line's
+# "[core.py:936] " (colours removed first).
+_EXCEPTION = re.compile(r"(?:^|[)\]] )([A-Za-z_][\w.]*(?:Error|Exception): .+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def exceptions_in_log(text: str) -> list[str]:
+    """The exceptions a log names, each once, first ones first."""
+    found: list[str] = []
+    for line in text.splitlines():
+        m = _EXCEPTION.search(_ANSI.sub("", line).strip())
+        if m and m.group(1) not in found:
+            found.append(m.group(1))
+    return found
+
 
 # Strong references: a child dropped without stop() must still be stopped at exit.
 _live: set[ChildProcess] = set()
@@ -109,11 +123,7 @@ class ChildProcess:
     def errors_in_log(self, most: int = 3) -> str:
         """The exceptions the log names (`ModuleNotFoundError: …`), first ones first: a
         server's last lines often only say "see root cause above"."""
-        found: list[str] = []
-        for line in self.log_text().splitlines():
-            m = _EXCEPTION.match(line.strip())
-            if m and m.group(0) not in found:
-                found.append(m.group(0))
+        found = exceptions_in_log(self.log_text())
         return f" ({'; '.join(found[:most])})" if found else ""
 
     def stop(self, grace_seconds: float = 15.0) -> int | None:

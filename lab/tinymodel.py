@@ -215,6 +215,12 @@ def write_tokenizer(directory: Path) -> None:
         tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
     )
     fast.save_pretrained(str(directory))
+    # transformers 5 names its own class (TokenizersBackend), which transformers 4 (what
+    # vLLM 0.11 and 0.14 run on) cannot import; both read PreTrainedTokenizerFast.
+    config_path = directory / "tokenizer_config.json"
+    tokenizer_config = json.loads(config_path.read_text())
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(tokenizer_config, indent=2))
 
 
 def generate(spec: TinyModelSpec, root: Path) -> Path:
