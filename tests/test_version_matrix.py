@@ -437,22 +437,18 @@ def test_the_exporter_publishes_the_latest_start_by_stage(version: str) -> None:
     _assert_exported_stages(version, "exporter-restart-after-1x64.txt", second)
 
 
-_SLOWEST_ENGINE = pytest.mark.xfail(
-    strict=True,
-    reason="the init-engine stage is the last engine's line, not the slowest engine's: "
-    "0.24.0's EngineCore_DP1 logged 75.14 s, then EngineCore_DP0 52.13 s; glassbox says "
-    "engine_init 52.13 s and other 366.85 s (by hand 75.14 s and 343.84 s)",
-)
+#: The exporter that ran beside 0.24.0's data-parallel start kept the last engine's
+#: "init engine" line (52.13 s) instead of the slowest's (75.14 s, logged first); its page is
+#: kept as captured, and the parser, fixed since, is held to the hand values above.
+_CAPTURED_BEFORE_THE_SLOWEST_ENGINE_RULE = {"0.24.0"}
 
 
-@pytest.mark.parametrize(
-    "version",
-    [pytest.param(v, marks=_SLOWEST_ENGINE) if v == "0.24.0" else v for v in sorted(DP_STARTS)],
-)
+@pytest.mark.parametrize("version", sorted(DP_STARTS))
 def test_a_data_parallel_start_takes_as_long_as_its_slowest_engine(version: str) -> None:
     [cold] = read_cold_starts(_text(version, "dp2-startup.log"))
     _assert_stages(derive.startup_stages(cold), DP_STARTS[version])
-    _assert_exported_stages(version, "exporter-dp2-after-2x64.txt", DP_STARTS[version])
+    if version not in _CAPTURED_BEFORE_THE_SLOWEST_ENGINE_RULE:
+        _assert_exported_stages(version, "exporter-dp2-after-2x64.txt", DP_STARTS[version])
 
 
 def test_v0_11_names_the_decode_step_histogram_twice_with_the_same_observations() -> None:
