@@ -24,6 +24,7 @@ from pathlib import Path
 
 from vllm_glassbox.lab.backend import Backend
 from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
+from vllm_glassbox.lab.credentials import ApiKey, open_api_key
 from vllm_glassbox.lab.plan import Plan, PlanError, resolve_plan
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.report import dashboard_images, write_outputs
@@ -94,13 +95,21 @@ def choose_backend(plan: Plan, asked: str | None) -> str:
 
 
 def make_backend(
-    plan: Plan, kind: str, out: Path, server_command: str | None, log: Callable[[str], None]
+    plan: Plan,
+    kind: str,
+    out: Path,
+    server_command: str | None,
+    log: Callable[[str], None],
+    api_key: ApiKey | None = None,
 ) -> Backend:
     if kind == "local":
         from vllm_glassbox.lab.local import LocalBackend
 
         assert plan.local is not None
-        return LocalBackend(plan.local, out / "logs", server_command or DEFAULT_COMMAND)
+        # The plan's key guards the server the lab starts: vLLM reads VLLM_API_KEY as it
+        # reads --api-key, and the key stays off the command line and out of its log.
+        env = {"VLLM_API_KEY": api_key.value} if api_key else None
+        return LocalBackend(plan.local, out / "logs", server_command or DEFAULT_COMMAND, env=env)
     from vllm_glassbox.lab.kubernetes import KubernetesBackend, Timeouts
 
     target = plan.kubernetes
@@ -139,12 +148,27 @@ def run(args: argparse.Namespace, prog: str) -> int:
             raise ValueError(f"--metrics-listen: {e}") from None
         if args.prometheus and not args.prometheus.startswith(("http://", "https://")):
             raise ValueError(f"--prometheus: {args.prometheus!r} is not an http(s) URL")
+        if args.server_command and kind != "local":
+            raise ValueError("--server-command is for the local backend")
+        api_key = open_api_key(plan.api_key) if plan.api_key else None
     except (PlanError, ValueError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    if args.server_command and kind != "local":
-        print(f"{prog}: --server-command is for the local backend", file=sys.stderr)
-        return EXIT_USAGE
+    try:
+        return _run(args, prog, plan, kind, listen, api_key)
+    finally:
+        if api_key is not None:
+            api_key.close()
+
+
+def _run(
+    args: argparse.Namespace,
+    prog: str,
+    plan: Plan,
+    kind: str,
+    listen: tuple[str, int] | None,
+    api_key: ApiKey | None,
+) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     observers: list[Observer] = []
@@ -163,7 +187,7 @@ def run(args: argparse.Namespace, prog: str) -> int:
     try:
         with Progress() as progress:
             try:
-                backend = make_backend(plan, kind, out, args.server_command, progress.note)
+                backend = make_backend(plan, kind, out, args.server_command, progress.note, api_key)
             except Exception as e:  # no kube-config, an unreachable cluster…
                 print(f"{prog}: cannot set up the {kind} backend: {e}", file=sys.stderr)
                 return EXIT_USAGE
@@ -181,13 +205,22 @@ def run(args: argparse.Namespace, prog: str) -> int:
                 write_outputs(results, out)
 
             peak = resolve_peak(plan, progress)
-            lab = Lab(backend, progress, observers, publish=publish, peak=peak)
+            lab = Lab(
+                backend,
+                progress,
+                observers,
+                publish=publish,
+                peak=peak,
+                api_key=api_key,
+                out_dir=out,
+            )
             if kind == "local" and plan.local is not None and plan.local.exporter:
                 observers.append(
                     ExporterBeside(
                         free_port(),
                         lambda series: lab.results.exporter.append(series),
                         peak.bytes_per_second if peak else None,
+                        bearer_token_file=api_key.file if api_key else None,
                     )
                 )
             try:
@@ -237,6 +270,8 @@ def check(args: argparse.Namespace, prog: str) -> int:
                 else f"{peak.bytes_per_second / 1e9:,.0f} GB/s from {peak.source}"
             )
         )
+    if plan.api_key is not None:
+        print(f"  API key: from {plan.api_key.describe()}")
     for phase in plan.phases:
         print(f"  {phase.name} ({phase.kind}): {phase.describe()}")
     print(f"  {plan.server_starts} server start(s)")

@@ -30,6 +30,7 @@ from vllm_glassbox.exporter.snapshot import (
     Snapshot,
     read_snapshot,
 )
+from vllm_glassbox.lab.credentials import ApiKey
 
 
 class LabError(RuntimeError):
@@ -77,12 +78,26 @@ class Measured:
 class VllmClient:
     """The OpenAI-compatible server under test: /metrics and /v1/completions."""
 
-    def __init__(self, url: str, model: str, request_timeout: float = 1800.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        request_timeout: float = 1800.0,
+        api_key: ApiKey | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
         self.model = model
-        self._http = httpx.Client(timeout=httpx.Timeout(request_timeout, connect=10.0))
+        self.api_key = api_key  # a vLLM started with --api-key: every request carries it
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(request_timeout, connect=10.0),
+            headers=api_key.headers() if api_key else None,
+        )
         # The exporter's fetcher: a hard deadline and a byte cap, whatever vLLM does.
-        self._pages = Fetcher(self.url, timeout_seconds=10.0)
+        self._pages = Fetcher(
+            self.url,
+            timeout_seconds=10.0,
+            credentials=api_key.credentials() if api_key else None,
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -177,6 +192,7 @@ class Sampler:
         on_missed: Callable[[float, str], None] = lambda t, error: None,
     ) -> None:
         self.url = client.url
+        self.token_file = client.api_key.file if client.api_key else None
         self.period = period
         self.deadline = max(2.0 * period, 2.0)  # a poll may be late; past this it failed
         self.on_sample = on_sample
@@ -202,6 +218,7 @@ class Sampler:
                 str(self.period),
                 str(self.deadline),
                 self._path,
+                *([self.token_file] if self.token_file else []),
             ],
             stdin=subprocess.PIPE,  # closed by us, or by the kernel if the lab dies
             stdout=subprocess.DEVNULL,
