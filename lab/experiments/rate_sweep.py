@@ -24,6 +24,7 @@ import json
 import math
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -36,7 +37,7 @@ from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import Increase
 from vllm_glassbox.exporter.snapshot import Snapshot
-from vllm_glassbox.lab.backend import FlagOverrides
+from vllm_glassbox.lab.backend import Deployed, FlagOverrides
 from vllm_glassbox.lab.experiments.base import Experiment, PhaseFailed
 from vllm_glassbox.lab.experiments.kv_pressure import SATURATED, TimelinePoint, act_names
 from vllm_glassbox.lab.findings import difference, fit_line
@@ -96,6 +97,11 @@ HEADROOM = "glassbox_kv_cache_headroom_requests"
 FREE_TOKENS = "glassbox_kv_cache_free_tokens"
 #: Fewest requests a step needs for the backlog's growth to mean something.
 MIN_JUDGED_REQUESTS = 8
+#: The arrivals must span this many times the first requests' latency: a batching server
+#: that keeps up reaches its steady state about one latency after the first arrival, and
+#: in a shorter step every request is still in it together (they finish together at
+#: the end, whatever the server's capacity).
+MIN_SPAN_LATENCIES = 2.0
 #: The client's TPOT and the counters' agree within this ratio.
 TPOT_AGREEMENT = 0.10
 #: Decode steps this much longer than at the lowest rate: the batch made them longer.
@@ -161,15 +167,15 @@ class RateSweepPhase:
 
     def describe(self) -> str:
         rates = (
-            f"from {self.rates.start:g} req/s doubling until saturated (at most "
+            f"from {self.rates.start:g} req/s doubling until it falls behind (at most "
             f"{self.rates.max_steps} steps)"
             if isinstance(self.rates, Doubling)
-            else ", ".join(f"{r:g}" for r in self.rates) + " req/s"
+            else "at " + ", ".join(f"{r:g}" for r in self.rates) + " req/s"
         )
         limit = f", at most {self.max_concurrency} at once" if self.max_concurrency else ""
         slos = ", ".join(f"{k} ≤ {v * 1000:g} ms" for k, v in self.goodput.items())
         return (
-            f"vllm bench serve at {rates}, {self.arrivals} arrivals for {self.step_seconds:g}s "
+            f"vllm bench serve {rates}, {self.arrivals} arrivals for {self.step_seconds:g}s "
             f"a step, {self.input_len} tokens in / {self.output_len} out{limit}"
             + (f", goodput {slos}" if slos else "")
         )
@@ -229,15 +235,8 @@ def _goodput(node: Node) -> dict[str, float]:
         if key not in SLOS:
             node.problem(str(key), f"unknown SLO (known: {', '.join(SLOS)})")
             continue
-        slos[key] = node.get(key, _positive_duration)
+        slos[key] = node.get(key, duration)
     return slos
-
-
-def _positive_duration(value: object) -> float:
-    seconds = duration(value)
-    if seconds <= 0:
-        raise ValueError(f"must be longer than 0, not {value!r}")
-    return seconds
 
 
 def _command(value: object) -> tuple[str, ...]:
@@ -261,16 +260,16 @@ def parse(node: Node, name: str) -> RateSweepPhase:
         burstiness=node.get("arrivals", _burstiness, 1.0),
         input_len=node.get("input_len", positive_int, 128),
         output_len=node.get("output_len", positive_int, 256),
-        step_seconds=node.get("step_duration", _positive_duration, 60.0),
+        step_seconds=node.get("step_duration", duration, 60.0),
         min_requests=node.get("min_requests", positive_int, 8),
         max_concurrency=node.get("max_concurrency", positive_int, None),
         goodput=_goodput(node.child("goodput")),
         temperature=node.get("temperature", non_negative, 0.0),
         keep_up=node.get("keep_up", fraction, 0.9),
-        poll_seconds=node.get("poll", _positive_duration, 2.0),
+        poll_seconds=node.get("poll", duration, 2.0),
         saturation=node.get("saturation", fraction, 0.95),
         warmup=node.get("warmup", count, 1),
-        step_timeout_seconds=node.get("step_timeout", _positive_duration, 1800.0),
+        step_timeout_seconds=node.get("step_timeout", duration, 1800.0),
         tokenizer=node.get("tokenizer", text, None),
         bench_command=node.get("bench_command", _command, DEFAULT_BENCH_COMMAND),
         seed=node.get("seed", count, 0),
@@ -333,6 +332,8 @@ class ClientView:
     #: Seconds the time from the k-th arrival to the k-th completion grows per second of
     #: arrivals: 0 for a server that keeps up, > 0 while a backlog builds.
     backlog_growth: float | None
+    arrival_span_seconds: float | None = None  # from the first request sent to the last
+    early_latency_seconds: float | None = None  # median latency of the first quarter
 
 
 @dataclass(frozen=True)
@@ -371,6 +372,7 @@ class SweepStep:
     tpot_note: str | None  # why they differ, when they do
     acts: tuple[str, ...] = ()  # the KV-pressure acts the step's polls show, in order
     limit: str | None = None  # the mechanism holding the server back (LIMITS)
+    decode_slowdown: float | None = None  # decode step time over the lowest rate's
     error: str | None = None
 
 
@@ -542,6 +544,13 @@ def _succeeded(bench: Mapping[str, Any]) -> tuple[list[float], list[float]]:
     return [t for t, _ in kept], [latency for _, latency in kept]
 
 
+def early_latency(start_times: Sequence[float], latencies: Sequence[float]) -> float | None:
+    """The median end-to-end latency of the first quarter of the requests to arrive."""
+    ordered = [latency for _, latency in sorted(zip(start_times, latencies, strict=True))]
+    first = ordered[: max(len(ordered) // 4, 1)]
+    return statistics.median(first) if first else None
+
+
 def client_view(bench: Mapping[str, Any]) -> ClientView:
     """The benchmark's JSON (`--save-result --save-detailed`) as seconds."""
     starts, latencies = _succeeded(bench)
@@ -564,6 +573,8 @@ def client_view(bench: Mapping[str, Any]) -> ClientView:
         max_concurrent_requests=_number(bench, "max_concurrent_requests"),
         arrival_rate=arrival_rate(starts),
         backlog_growth=backlog_growth(starts, latencies),
+        arrival_span_seconds=max(starts) - min(starts) if starts else None,
+        early_latency_seconds=early_latency(starts, latencies),
     )
 
 
@@ -575,11 +586,22 @@ def achieved_rate(client: ClientView) -> float | None:
     return derive.ratio(client.arrival_rate, 1.0 + max(client.backlog_growth, 0.0))
 
 
+def judged(client: ClientView) -> bool:
+    """Enough requests, over long enough a span, to tell keeping up from ramping up."""
+    span, early = client.arrival_span_seconds, client.early_latency_seconds
+    return (
+        client.backlog_growth is not None
+        and span is not None
+        and early is not None
+        and span >= MIN_SPAN_LATENCIES * early
+    )
+
+
 def keeps_up(client: ClientView, threshold: float) -> bool | None:
     """Served at least `threshold` of the arrival rate, every request answered; None when
-    the step had too few requests to tell."""
+    the step cannot tell (`judged`)."""
     achieved = achieved_rate(client)
-    if achieved is None or client.arrival_rate is None:
+    if achieved is None or client.arrival_rate is None or not judged(client):
         return None
     return client.failed == 0 and achieved >= threshold * client.arrival_rate
 
@@ -675,9 +697,8 @@ def limit_of(
         return CLIENT_LIMIT
     if queued and not full:
         return ADMISSION
-    base = first.server.inter_token_latency_seconds if first.server else None
-    now = server.inter_token_latency_seconds
-    if base is not None and now is not None and now >= LONGER_STEPS * base:
+    slower = decode_slowdown(step, first)
+    if slower is not None and slower >= LONGER_STEPS:
         return DECODE_STEPS
     return UNEXPLAINED
 
@@ -746,10 +767,26 @@ def forecast(points: Sequence[SweepPoint]) -> Forecast:
 def judge_steps(
     steps: Sequence[SweepStep], saturation: float, max_concurrency: int | None
 ) -> list[SweepStep]:
-    """Each step with the mechanism that held it back (for those that did not keep up)."""
+    """Each step with its decode steps against the lowest rate's, and the mechanism that
+    held it back (for those not seen to keep up)."""
     if not steps:
         return []
-    return [replace(s_, limit=limit_of(s_, steps[0], saturation, max_concurrency)) for s_ in steps]
+    first = steps[0]
+    return [
+        replace(
+            step,
+            decode_slowdown=decode_slowdown(step, first),
+            limit=None if step.keeps_up else limit_of(step, first, saturation, max_concurrency),
+        )
+        for step in steps
+    ]
+
+
+def decode_slowdown(step: SweepStep, first: SweepStep) -> float | None:
+    """How many times as long a decode step took as at the lowest rate (the counters' ITL)."""
+    base = first.server.inter_token_latency_seconds if first.server else None
+    now = step.server.inter_token_latency_seconds if step.server else None
+    return None if base is None or now is None else derive.ratio(now, base)
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -757,14 +794,13 @@ def judge_steps(
 
 def bench_args(
     phase: RateSweepPhase,
-    served: Served,
+    deployed: Deployed,
     rate: float,
     requests: int,
     result_dir: Path,
     result_file: str,
 ) -> list[str]:
     """`vllm bench serve`'s flags for one step."""
-    deployed = served.deployed
     tokenizer = phase.tokenizer or deployed.model_dir
     args = [
         "--backend", "openai",
@@ -959,7 +995,7 @@ def _run_step(
         try:
             run_bench(
                 phase.bench_command,
-                bench_args(phase, served, rate, requests, bench_dir, f"{name}.json"),
+                bench_args(phase, served.deployed, rate, requests, bench_dir, f"{name}.json"),
                 bench_dir / f"{name}.log",
                 phase.step_timeout_seconds,
                 client.api_key.value if client.api_key else None,
@@ -1053,7 +1089,10 @@ def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
         "a server that keeps up, whatever the arrivals' randomness; achieved: the rate the "
         "requests actually arrived at over 1 + that growth. A step keeps up when it "
         f"serves at least {percent(r.keep_up)} of the arrival rate and every request is "
-        f"answered; with fewer than {MIN_JUDGED_REQUESTS} requests it is not judged (–).",
+        f"answered. A step is not judged (–) with fewer than {MIN_JUDGED_REQUESTS} requests, "
+        f"or when its arrivals span less than {MIN_SPAN_LATENCIES:g}× the latency of its "
+        "first requests: a batching server is still filling up then, every request in it "
+        "at once.",
         "",
     ]
     out += table(
@@ -1170,6 +1209,15 @@ def _knee_words(r: RateSweepResult) -> str:
             else f"The server falls behind already at {k.first_unsustained_rate:g} req/s"
         )
         words = f"{where}. What ends it: **{k.limit}** — {k.limit_text}."
+        step = next(st for st in r.steps if st.rate == k.first_unsustained_rate)
+        if step.decode_slowdown is not None and step.server is not None:
+            words += (
+                f" There, decode steps took {step.decode_slowdown:.2f}× as long as at the "
+                f"lowest rate, {num(step.server.tokens_per_engine_step)} tokens per engine "
+                f"step; peak KV usage {percent(step.server.peak_kv_cache_usage)}, peak queue "
+                f"{integer(step.server.peak_waiting)}, "
+                f"{step.server.preemptions:g} preemptions."
+            )
     if r.goodput_slos:
         words += (
             f" Within the SLOs ({percent(r.keep_up)} of requests or more): up to "
