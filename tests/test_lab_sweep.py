@@ -5,6 +5,7 @@ End to end against a real vLLM: tests/test_lab_sweep_e2e.py."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -256,7 +257,7 @@ def test_bench_args_carry_the_plan_and_the_key_travels_only_in_the_environment(
     constant = replace(phase, burstiness=math.inf, max_concurrency=4)
     deployed = Deployed("http://127.0.0.1:9", "", "tiny", model_dir="/models/small")
     args = bench_args(constant, deployed, 0.5, 20, tmp_path, "step.json")
-    pairs = dict(zip(args[::1], args[1::1], strict=False))
+    pairs = dict(itertools.pairwise(args))
     assert pairs["--base-url"] == "http://127.0.0.1:9"
     assert (pairs["--served-model-name"], pairs["--tokenizer"]) == ("tiny", "/models/small")
     assert (pairs["--request-rate"], pairs["--burstiness"], pairs["--num-prompts"]) == (
