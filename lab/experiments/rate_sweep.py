@@ -722,22 +722,19 @@ def find_knee(steps: Sequence[SweepStep], keep_up: float) -> Knee:
     return Knee(kept, None, None, None, slo_rate)
 
 
-def _last_reached_zero(points: Sequence[SweepPoint], value: str, until: int) -> float | None:
-    """When the headroom (`value`) last went from above 0 to 0 in the step of the poll
-    `until`, at or before it (the eviction itself may free a request's room again before
-    vLLM counts it)."""
+def _first_zero(points: Sequence[SweepPoint], value: str, until: int) -> float | None:
+    """When the headroom (`value`) first read 0 in the step of the poll `until`, at or
+    before it: the first warning (the pool may free room again as requests finish or are
+    evicted, and fill again)."""
     step = points[until].step
-    reached = None
-    above = True
-    for p in points[: until + 1]:
-        v = getattr(p, value)
-        if p.step != step or v is None:
-            above = True
-            continue
-        if v <= 0 and above:
-            reached = p.t
-        above = v > 0
-    return reached
+    return next(
+        (
+            p.t
+            for p in points[: until + 1]
+            if p.step == step and (v := getattr(p, value)) is not None and v <= 0
+        ),
+        None,
+    )
 
 
 def forecast(points: Sequence[SweepPoint]) -> Forecast:
@@ -747,10 +744,8 @@ def forecast(points: Sequence[SweepPoint]) -> Forecast:
     if at is None:
         return Forecast(None, None, None, None, None, None, "no preemption happened")
     first = points[at]
-    # vLLM counts a preemption when the request runs again: the page before the one that
-    # counted it is the last that may not yet show it.
-    lab_zero = _last_reached_zero(points, "headroom_requests", at)
-    exp_zero = _last_reached_zero(points, "exporter_headroom_requests", at)
+    lab_zero = _first_zero(points, "headroom_requests", at)
+    exp_zero = _first_zero(points, "exporter_headroom_requests", at)
     lead = first.t - lab_zero if lab_zero is not None else None
     exp_lead = first.t - exp_zero if exp_zero is not None else None
     seen = exp_lead if exp_lead is not None else lead
