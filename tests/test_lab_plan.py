@@ -200,7 +200,8 @@ def test_a_bad_plan_lists_every_problem_with_its_path() -> None:
         "phases[1].variants: duplicate names ['x']",
         "phases[2].concurrency: must be a positive whole number, not 0",
         "phases[2].poll: not a duration: '5 parsecs' (use e.g. 500ms, 5s, 1m or 2.5)",
-        "phases[3].kind: unknown kind 'warp-drive' (known: quantization, kv-pressure, spec-decode)",
+        "phases[3].kind: unknown kind 'warp-drive' "
+        "(known: quantization, kv-pressure, spec-decode, rate-sweep)",
         "phases[4].temperature: must be a number ≥ 0, not 'hot'",
         "phases[4].runs: needs at least two runs to compare",
     ]

@@ -68,10 +68,10 @@ from vllm_glassbox.lab.report_format import (
     table,
 )
 from vllm_glassbox.lab.results import JSON, PhaseResult, Startup, startup_json
-from vllm_glassbox.lab.sidecar import ExporterBeside
 
 if TYPE_CHECKING:
     from vllm_glassbox.lab.runner import Lab, Served
+    from vllm_glassbox.lab.sidecar import ExporterBeside
 
 KIND = "rate-sweep"
 
@@ -885,6 +885,9 @@ def _step_rates(phase: RateSweepPhase) -> list[float]:
 def run(lab: Lab, phase: RateSweepPhase) -> RateSweepResult:
     """Every step against one server, the benchmark's JSON of each kept."""
     overrides = {**phase.flags, **({"--model": phase.model} if phase.model else {})}
+    # Here, not at the top: the lab loads the exporter's service only when it runs one.
+    from vllm_glassbox.lab.sidecar import ExporterBeside
+
     exporter = next((o for o in lab.observers if isinstance(o, ExporterBeside)), None)
     out = lab.out_dir or Path("lab-out")
     bench_dir = out / "bench" / phase.name
