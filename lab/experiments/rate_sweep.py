@@ -1360,7 +1360,7 @@ def plot_timeline(r: RateSweepResult, title: str) -> bytes:
             fontsize=7,
         )  # fmt: skip
     bottom.set_xlabel("seconds since the sweep started")
-    bottom.legend(fontsize=8, loc="upper right")
+    bottom.legend(fontsize=8, loc="upper left")
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
     return png(fig)
