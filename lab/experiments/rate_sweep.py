@@ -1057,15 +1057,15 @@ def _step_line(step: SweepStep) -> str:
 def summary(r: RateSweepResult) -> str:
     knee = r.knee
     if knee.rate is None and knee.first_unsustained_rate is None:
-        head = "no step measured"
+        head = "no step long enough to judge"
     elif knee.rate is None:
         head = f"not even {knee.first_unsustained_rate:g} req/s kept up with"
+    elif knee.first_unsustained_rate is None:
+        head = f"kept up with every step judged, up to {knee.rate:g} req/s: the knee is higher"
     else:
         head = f"knee at {knee.rate:g} req/s"
     if knee.first_unsustained_rate is not None and knee.limit:
         head += f" (at {knee.first_unsustained_rate:g} req/s: {LIMITS[knee.limit]})"
-    elif knee.rate is not None:
-        head += " (every step kept up: the knee is higher)"
     return f"{head}; first preemption forecast: {r.forecast.verdict}."
 
 
@@ -1195,9 +1195,9 @@ def _knee_words(r: RateSweepResult) -> str:
     if k.first_unsustained_rate is None:
         top = max((st.rate for st in r.steps if st.keeps_up), default=None)
         words = (
-            f"every step judged kept up (up to {top:g} req/s): the knee lies higher."
+            f"Every step judged kept up (up to {top:g} req/s): the knee lies higher."
             if top is not None
-            else "no step could be judged."
+            else "No step could be judged."
         )
     else:
         where = (
