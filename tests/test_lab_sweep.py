@@ -24,6 +24,7 @@ from vllm_glassbox.lab.experiments.rate_sweep import (
     ADMISSION,
     CLIENT_LIMIT,
     DECODE_STEPS,
+    FIRST_STEP,
     KV_POOL,
     ClientView,
     Doubling,
@@ -336,6 +337,10 @@ def test_the_knee_is_the_last_rate_kept_up_with_and_the_mechanism_seen_where_it_
     assert limit(queued) == ADMISSION
     capped = client(max_concurrent_requests=8.0)
     assert limit(slower, client=capped) == CLIENT_LIMIT
+    # The lowest rate already falls behind with room in the pool: nothing to compare
+    # with (a shared machine's other work, or a sweep that starts too high).
+    (alone,) = judge_steps([step(0, 0.25, False, low)], 0.95, None)
+    assert alone.limit == FIRST_STEP and find_knee([alone], 0.9).rate is None
     # Not judged (too short a step): no knee claimed, the sweep goes on.
     assert find_knee([step(0, 1, None, low)], 0.9).rate is None
 

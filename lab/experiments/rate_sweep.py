@@ -373,6 +373,9 @@ class SweepStep:
     acts: tuple[str, ...] = ()  # the KV-pressure acts the step's polls show, in order
     limit: str | None = None  # the mechanism holding the server back (LIMITS)
     decode_slowdown: float | None = None  # decode step time over the lowest rate's
+    #: The 1-minute load average of the lab's machine at the step's end (the server's too,
+    #: with the local backend): a shared machine's other work slows every step.
+    host_load: float | None = None
     error: str | None = None
 
 
@@ -416,6 +419,7 @@ class RateSweepResult:
     forecast: Forecast
     missed_polls: int = 0
     exporter: bool = False  # whether an exporter beside gave its headroom series
+    host_cpus: int | None = None  # of the lab's machine, beside the steps' host load
     bench_command: tuple[str, ...] = field(default_factory=tuple)
 
     def to_json(self) -> JSON:
@@ -661,6 +665,7 @@ KV_POOL = "kv-pool"
 CLIENT_LIMIT = "client-limit"
 ADMISSION = "admission"
 DECODE_STEPS = "decode-steps"
+FIRST_STEP = "first-step"
 UNEXPLAINED = "unexplained"
 
 #: Each mechanism's condition, as the report states it.
@@ -672,6 +677,9 @@ LIMITS = {
     "(--max-num-seqs, --max-num-batched-tokens) or the prefill time",
     DECODE_STEPS: f"decode steps {LONGER_STEPS - 1:.0%} or more longer than at the lowest "
     "rate as the batch grows, the pool not full: the hardware's compute or bandwidth",
+    FIRST_STEP: "the lowest rate already falls behind, the pool not full and nobody "
+    "waiting: nothing to hold its decode steps against (start the sweep lower; on a "
+    "shared machine, see the host's load)",
     UNEXPLAINED: "none of the mechanisms above holds",
 }
 
@@ -700,7 +708,7 @@ def limit_of(
     slower = decode_slowdown(step, first)
     if slower is not None and slower >= LONGER_STEPS:
         return DECODE_STEPS
-    return UNEXPLAINED
+    return FIRST_STEP if step.index == first.index else UNEXPLAINED
 
 
 def find_knee(steps: Sequence[SweepStep], keep_up: float) -> Knee:
@@ -950,6 +958,7 @@ def _result(
         forecast=forecast(timeline),
         missed_polls=missed,
         exporter=exporter is not None,
+        host_cpus=os.cpu_count(),
         bench_command=phase.bench_command,
     )
 
@@ -1028,6 +1037,7 @@ def _run_step(
         tpot_note=note,
         acts=tuple(dict.fromkeys(acts)),
         error=error,
+        host_load=os.getloadavg()[0],
     )
 
 
@@ -1123,14 +1133,15 @@ def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
         "**The server's view** (vLLM's counters around each step through the derivation "
         "core; peaks and headroom from the polls of its page"
         + (", the exporter beside it for its headroom series" if r.exporter else "")
-        + "). TPOT from counters against the client's mean TPOT:",
+        + "). TPOT from counters against the client's mean TPOT; the host's 1-minute load "
+        f"average at each step's end ({integer(r.host_cpus)} CPUs):",
         "",
     ]
     out += table(
         [
             "rate req/s", "TPOT counters ms", "client mean ms", "agree", "tokens/engine step",
             "preemptions/s", "peak KV", "peak waiting", "peak running", "min headroom",
-            "weight reads", "acts", "limit",
+            "weight reads", "host load", "acts", "limit",
         ],
         [
             [
@@ -1150,6 +1161,7 @@ def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
                     else ""
                 ),
                 gbs(sv.weight_read_bandwidth),
+                num(st.host_load, 2),
                 " → ".join(st.acts),
                 st.limit or "",
             ]
