@@ -71,10 +71,10 @@ def test_the_shipped_cpu_sweep_doubles_poisson_rates_until_the_server_falls_behi
     plan = load_plan(packaged_plan("cpu-sweep"))  # type: ignore[arg-type]
     (sweep,) = plan.phases
     assert isinstance(sweep, RateSweepPhase)
-    assert sweep.rates == Doubling(0.25, 5) and sweep.burstiness == 1.0
+    assert sweep.rates == Doubling(0.125, 6) and sweep.burstiness == 1.0
     assert sweep.arrivals == "Poisson"
     assert (sweep.input_len, sweep.output_len, sweep.step_seconds) == (32, 200, 40.0)
-    assert [sweep.requests_at(r) for r in (0.25, 0.5, 1, 2)] == [10, 20, 40, 80]
+    assert [sweep.requests_at(r) for r in (0.125, 0.25, 0.5, 1, 2)] == [10, 10, 20, 40, 80]
     assert sweep.goodput == {"ttft": 2.0, "tpot": 0.1}
     assert plan.local is not None and plan.local.exporter
     # The demo stays short: the sweep is a plan of its own.

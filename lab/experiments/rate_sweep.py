@@ -1220,7 +1220,7 @@ def _knee_words(r: RateSweepResult) -> str:
         )
         words = f"{where}. What ends it: **{k.limit}** — {k.limit_text}."
         step = next(st for st in r.steps if st.rate == k.first_unsustained_rate)
-        if step.decode_slowdown is not None and step.server is not None:
+        if step.index > r.steps[0].index and step.decode_slowdown and step.server:
             words += (
                 f" There, decode steps took {step.decode_slowdown:.2f}× as long as at the "
                 f"lowest rate, {num(step.server.tokens_per_engine_step)} tokens per engine "
