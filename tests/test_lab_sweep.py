@@ -341,6 +341,12 @@ def test_the_knee_is_the_last_rate_kept_up_with_and_the_mechanism_seen_where_it_
     # with (a shared machine's other work, or a sweep that starts too high).
     (alone,) = judge_steps([step(0, 0.25, False, low)], 0.95, None)
     assert alone.limit == FIRST_STEP and find_knee([alone], 0.9).rate is None
+    # Steps that could not be judged between the last kept and the first fallen behind:
+    # the knee lies among them, and the report says so.
+    between = find_knee(
+        [step(0, 0.25, True, low), step(1, 0.5, None, low), step(2, 1.0, False, full)], 0.9
+    )
+    assert (between.rate, between.unjudged, between.first_unsustained_rate) == (0.25, (0.5,), 1.0)
     # Not judged (too short a step): no knee claimed, the sweep goes on.
     assert find_knee([step(0, 1, None, low)], 0.9).rate is None
 

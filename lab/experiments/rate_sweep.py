@@ -388,6 +388,9 @@ class Knee:
     #: The highest rate before the first step whose share of requests within the SLOs
     #: fell below keep_up (None without SLOs, or when not even the first step held them).
     slo_rate: float | None = None
+    #: Rates above the knee, before the first step that fell behind, that could not be
+    #: judged: the knee lies somewhere among them.
+    unjudged: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -721,13 +724,16 @@ def find_knee(steps: Sequence[SweepStep], keep_up: float) -> Knee:
             break
         slo_rate = step.rate
     kept = None
+    unjudged: list[float] = []
     for step in steps:
         if step.keeps_up is False:
             limit = step.limit
-            return Knee(kept, step.rate, limit, LIMITS.get(limit or ""), slo_rate)
+            return Knee(kept, step.rate, limit, LIMITS.get(limit or ""), slo_rate, tuple(unjudged))
         if step.keeps_up:
-            kept = step.rate
-    return Knee(kept, None, None, None, slo_rate)
+            kept, unjudged = step.rate, []
+        else:
+            unjudged.append(step.rate)
+    return Knee(kept, None, None, None, slo_rate, tuple(unjudged))
 
 
 def _first_zero(points: Sequence[SweepPoint], value: str, until: int) -> float | None:
@@ -1074,6 +1080,11 @@ def summary(r: RateSweepResult) -> str:
         head = f"kept up with every step judged, up to {knee.rate:g} req/s: the knee is higher"
     else:
         head = f"knee at {knee.rate:g} req/s"
+        if knee.unjudged:
+            head = (
+                f"knee between {knee.rate:g} and {knee.first_unsustained_rate:g} req/s "
+                f"({', '.join(f'{r:g}' for r in knee.unjudged)} not judged)"
+            )
     if knee.first_unsustained_rate is not None and knee.limit:
         head += f" (at {knee.first_unsustained_rate:g} req/s: {LIMITS[knee.limit]})"
     return f"{head}; first preemption forecast: {r.forecast.verdict}."
@@ -1219,6 +1230,12 @@ def _knee_words(r: RateSweepResult) -> str:
             else f"The server falls behind already at {k.first_unsustained_rate:g} req/s"
         )
         words = f"{where}. What ends it: **{k.limit}** — {k.limit_text}."
+        if k.unjudged:
+            words += (
+                f" The steps between, at {', '.join(f'{r:g}' for r in k.unjudged)} req/s, "
+                "could not be judged (arrivals spanning less than twice their first "
+                "requests' latency): the knee lies among them."
+            )
         step = next(st for st in r.steps if st.rate == k.first_unsustained_rate)
         if step.index > r.steps[0].index and step.decode_slowdown and step.server:
             words += (
