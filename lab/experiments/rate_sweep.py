@@ -1293,6 +1293,12 @@ def plot_sweep(r: RateSweepResult, title: str) -> bytes:
     fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     top.plot(rates, rates, color="grey", ls=":", label="offered")
     top.plot(rates, [st.achieved_rate for st in steps], marker="o", label="achieved")
+    unjudged = [st for st in steps if st.keeps_up is None and st.achieved_rate is not None]
+    if unjudged:  # a step too short for its latency: its estimate is no verdict
+        top.plot(
+            [st.rate for st in unjudged], [st.achieved_rate for st in unjudged], ls="",
+            marker="o", mfc="white", color="tab:blue", label="achieved (step not judged)",
+        )  # fmt: skip
     top.plot(
         rates, [st.client.request_goodput for st in steps if st.client], marker="s",
         label="goodput",
