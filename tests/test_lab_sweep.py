@@ -11,6 +11,7 @@ import math
 import os
 import stat
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -452,3 +453,47 @@ def test_the_report_shows_each_step_side_by_side_the_knee_and_the_forecast(tmp_p
     assert phase["steps"][1]["client"]["tpot_mean"] == pytest.approx(0.0707, abs=1e-4)
     assert phase["steps"][1]["server"]["preemptions_per_second"] == 0.273
     assert phase["forecast"]["lead_seconds"] == pytest.approx(2.0)
+
+
+# --- the key in front of vLLM's page ------------------------------------------------------------
+
+
+@pytest.mark.slow  # a poller process and the exporter beside a loopback server
+def test_every_reader_of_the_page_presents_the_key_to_a_token_checking_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM leaves /metrics open; a proxy in front may not. The lab's client, its poller
+    process and the exporter beside the server all present the key (a loopback server
+    that answers 401 without it)."""
+    from vllm_glassbox.lab.measure import LabError, Sampler, VllmClient
+    from vllm_glassbox.lab.server_process import free_port
+    from vllm_glassbox.lab.sidecar import ExporterBeside
+    from vllm_glassbox.lab.telemetry import Segment
+
+    from tests.misbehaving import FakeVllm, Misbehaving, guarded, healthy
+
+    monkeypatch.setenv("GLASSBOX_PROXY_KEY", "sk-proxy")
+    key = open_api_key(ApiKeySource(env="GLASSBOX_PROXY_KEY"))
+    with Misbehaving(FakeVllm()) as proxy:
+        proxy.behave(guarded(healthy(proxy.fake), lambda: "sk-proxy"))
+        with pytest.raises(LabError, match="401"):
+            VllmClient(proxy.url, "fake").snapshot()
+        client = VllmClient(proxy.url, "fake", api_key=key)
+        assert list(client.snapshot().engines)
+        pages: list[object] = []
+        missed: list[str] = []
+        with Sampler(
+            client, 0.2, lambda t, snap, *_: pages.append(snap), lambda t, e: missed.append(e)
+        ):
+            deadline = time.monotonic() + 60
+            while len(pages) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+        assert len(pages) >= 2 and not missed
+        beside = ExporterBeside(free_port(), lambda series: None, bearer_token_file=key.file)
+        try:
+            beside.server_ready(Segment("p", "rate-sweep", "", 0.0), Deployed(proxy.url, "", "f"))
+            assert beside.read()["glassbox_target_up"] == 1.0
+        finally:
+            beside.close()
+            client.close()
+    key.close()
