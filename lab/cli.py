@@ -22,10 +22,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vllm_glassbox.exporter.errors import plain_reason
-from vllm_glassbox.exporter.fetch import read_token
 from vllm_glassbox.lab.backend import Backend
 from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
+from vllm_glassbox.lab.credentials import ApiKey, key_source, open_api_key
 from vllm_glassbox.lab.plan import Plan, PlanError, resolve_plan
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.report import dashboard_images, write_outputs
@@ -38,19 +37,6 @@ from vllm_glassbox.logs import add_log_level_flag, set_up_logging
 from vllm_glassbox.units import parse_host_port
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def vllm_api_key() -> str | None:
-    """vLLM's API key for the lab's requests: the file VLLM_API_KEY_FILE names (the chart
-    mounts it from a Secret), else VLLM_API_KEY as vLLM itself reads it (a local vLLM
-    inherits it too). Never written to the results."""
-    path = os.environ.get("VLLM_API_KEY_FILE")
-    if path:
-        try:
-            return read_token(path)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"VLLM_API_KEY_FILE: cannot read {path}: {plain_reason(e)}") from None
-    return os.environ.get("VLLM_API_KEY") or None
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -109,13 +95,21 @@ def choose_backend(plan: Plan, asked: str | None) -> str:
 
 
 def make_backend(
-    plan: Plan, kind: str, out: Path, server_command: str | None, log: Callable[[str], None]
+    plan: Plan,
+    kind: str,
+    out: Path,
+    server_command: str | None,
+    log: Callable[[str], None],
+    api_key: ApiKey | None = None,
 ) -> Backend:
     if kind == "local":
         from vllm_glassbox.lab.local import LocalBackend
 
         assert plan.local is not None
-        return LocalBackend(plan.local, out / "logs", server_command or DEFAULT_COMMAND)
+        # The plan's key guards the server the lab starts: vLLM reads VLLM_API_KEY as it
+        # reads --api-key, and the key stays off the command line and out of its log.
+        env = {"VLLM_API_KEY": api_key.value} if api_key else None
+        return LocalBackend(plan.local, out / "logs", server_command or DEFAULT_COMMAND, env=env)
     from vllm_glassbox.lab.kubernetes import KubernetesBackend, Timeouts
 
     target = plan.kubernetes
@@ -154,13 +148,28 @@ def run(args: argparse.Namespace, prog: str) -> int:
             raise ValueError(f"--metrics-listen: {e}") from None
         if args.prometheus and not args.prometheus.startswith(("http://", "https://")):
             raise ValueError(f"--prometheus: {args.prometheus!r} is not an http(s) URL")
-        api_key = vllm_api_key()
+        if args.server_command and kind != "local":
+            raise ValueError("--server-command is for the local backend")
+        source = key_source(plan.api_key)
+        api_key = open_api_key(source) if source else None
     except (PlanError, ValueError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    if args.server_command and kind != "local":
-        print(f"{prog}: --server-command is for the local backend", file=sys.stderr)
-        return EXIT_USAGE
+    try:
+        return _run(args, prog, plan, kind, listen, api_key)
+    finally:
+        if api_key is not None:
+            api_key.close()
+
+
+def _run(
+    args: argparse.Namespace,
+    prog: str,
+    plan: Plan,
+    kind: str,
+    listen: tuple[str, int] | None,
+    api_key: ApiKey | None,
+) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     observers: list[Observer] = []
@@ -179,7 +188,7 @@ def run(args: argparse.Namespace, prog: str) -> int:
     try:
         with Progress() as progress:
             try:
-                backend = make_backend(plan, kind, out, args.server_command, progress.note)
+                backend = make_backend(plan, kind, out, args.server_command, progress.note, api_key)
             except Exception as e:  # no kube-config, an unreachable cluster…
                 print(f"{prog}: cannot set up the {kind} backend: {e}", file=sys.stderr)
                 return EXIT_USAGE
@@ -197,13 +206,22 @@ def run(args: argparse.Namespace, prog: str) -> int:
                 write_outputs(results, out)
 
             peak = resolve_peak(plan, progress)
-            lab = Lab(backend, progress, observers, publish=publish, peak=peak, api_key=api_key)
+            lab = Lab(
+                backend,
+                progress,
+                observers,
+                publish=publish,
+                peak=peak,
+                api_key=api_key,
+                out_dir=out,
+            )
             if kind == "local" and plan.local is not None and plan.local.exporter:
                 observers.append(
                     ExporterBeside(
                         free_port(),
                         lambda series: lab.results.exporter.append(series),
                         peak.bytes_per_second if peak else None,
+                        bearer_token_file=api_key.file if api_key else None,
                     )
                 )
             try:
@@ -253,6 +271,8 @@ def check(args: argparse.Namespace, prog: str) -> int:
                 else f"{peak.bytes_per_second / 1e9:,.0f} GB/s from {peak.source}"
             )
         )
+    if plan.api_key is not None:
+        print(f"  API key: from {plan.api_key.describe()}")
     for phase in plan.phases:
         print(f"  {phase.name} ({phase.kind}): {phase.describe()}")
     print(f"  {plan.server_starts} server start(s)")

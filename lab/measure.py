@@ -30,6 +30,7 @@ from vllm_glassbox.exporter.snapshot import (
     Snapshot,
     read_snapshot,
 )
+from vllm_glassbox.lab.credentials import ApiKey
 
 
 class LabError(RuntimeError):
@@ -78,17 +79,25 @@ class VllmClient:
     """The OpenAI-compatible server under test: /metrics and /v1/completions."""
 
     def __init__(
-        self, url: str, model: str, request_timeout: float = 1800.0, api_key: str | None = None
+        self,
+        url: str,
+        model: str,
+        request_timeout: float = 1800.0,
+        api_key: ApiKey | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.model = model
-        # vLLM started with --api-key checks it on /v1/*; /metrics stays open.
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.api_key = api_key  # a vLLM started with --api-key: every request carries it
         self._http = httpx.Client(
-            timeout=httpx.Timeout(request_timeout, connect=10.0), headers=headers
+            timeout=httpx.Timeout(request_timeout, connect=10.0),
+            headers=api_key.headers() if api_key else None,
         )
         # The exporter's fetcher: a hard deadline and a byte cap, whatever vLLM does.
-        self._pages = Fetcher(self.url, timeout_seconds=10.0)
+        self._pages = Fetcher(
+            self.url,
+            timeout_seconds=10.0,
+            credentials=api_key.credentials() if api_key else None,
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -112,8 +121,8 @@ class VllmClient:
             raise LabError(f"completion request failed: {type(e).__name__}: {e}") from None
         if r.status_code == 401:
             raise LabError(
-                "vLLM answered HTTP 401: it was started with an API key; give the lab the "
-                "same key in VLLM_API_KEY"
+                "vLLM answered HTTP 401: it was started with an API key; name where the "
+                "lab finds it with the plan's api_key (or VLLM_API_KEY_FILE, VLLM_API_KEY)"
             )
         if r.status_code != 200:
             raise LabError(f"vLLM answered HTTP {r.status_code}: {r.text[:500]}")
@@ -188,6 +197,7 @@ class Sampler:
         on_missed: Callable[[float, str], None] = lambda t, error: None,
     ) -> None:
         self.url = client.url
+        self.token_file = client.api_key.file if client.api_key else None
         self.period = period
         self.deadline = max(2.0 * period, 2.0)  # a poll may be late; past this it failed
         self.on_sample = on_sample
@@ -213,6 +223,7 @@ class Sampler:
                 str(self.period),
                 str(self.deadline),
                 self._path,
+                *([self.token_file] if self.token_file else []),
             ],
             stdin=subprocess.PIPE,  # closed by us, or by the kernel if the lab dies
             stdout=subprocess.DEVNULL,

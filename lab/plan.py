@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 from vllm_glassbox.exporter.weights import gpu_bandwidth
+from vllm_glassbox.lab.credentials import ApiKeySource
 from vllm_glassbox.lab.experiments import KINDS, experiment
 from vllm_glassbox.lab.experiments.base import Phase
 from vllm_glassbox.lab.plan_yaml import (
@@ -102,6 +103,7 @@ class Plan:
     grafana: GrafanaTarget | None
     phases: tuple[Phase, ...]
     peak_bandwidth: PeakBandwidth | None = None
+    api_key: ApiKeySource | None = None  # a vLLM started with --api-key
 
     @property
     def server_starts(self) -> int:
@@ -261,6 +263,28 @@ def _grafana(node: Node) -> GrafanaTarget:
     return target
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_name(value: object) -> str:
+    name = text(value)
+    if not _ENV_NAME.match(name):
+        raise ValueError(f"must be an environment variable's name, not {name!r}")
+    return name
+
+
+def _api_key(node: Node) -> ApiKeySource | None:
+    """Where the key of a vLLM started with --api-key is: never the key itself."""
+    source = ApiKeySource(env=node.get("env", _env_name, None), file=node.get("file", text, None))
+    node.done()
+    if (source.env is None) == (source.file is None):
+        node.problem(
+            "", "needs either `env: VARIABLE` or `file: PATH` (the key stays out of the plan)"
+        )
+        return None
+    return source
+
+
 # --- the plan -----------------------------------------------------------------------------
 
 
@@ -282,6 +306,7 @@ def parse_plan(data: object, source: str = "plan") -> Plan:
         root.problem("target", "required")
     grafana = _grafana(root.child("grafana")) if root.raw("grafana") is not MISSING else None
     peak = root.get("peak_bandwidth", _peak_bandwidth, None)
+    api_key = _api_key(root.child("api_key")) if root.raw("api_key") is not MISSING else None
 
     phases: list[Phase] = []
     names: list[str] = []
@@ -309,7 +334,7 @@ def parse_plan(data: object, source: str = "plan") -> Plan:
     root.done()
     if problems:
         raise PlanError(problems, source)
-    return Plan(name, description, local, kubernetes, grafana, tuple(phases), peak)
+    return Plan(name, description, local, kubernetes, grafana, tuple(phases), peak, api_key)
 
 
 def _check_tiny_refs(local: LocalTarget | None, phases: list[Phase], problems: list[str]) -> None:

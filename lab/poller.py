@@ -1,13 +1,14 @@
 """The lab's poller, a process of its own: GET URL/metrics on a fixed period, each page or
 failure appended as one JSON line to a file, with when it was sent and when it came back.
 
-    python -m vllm_glassbox.lab.poller URL PERIOD DEADLINE FILE
+    python -m vllm_glassbox.lab.poller URL PERIOD DEADLINE FILE [TOKEN_FILE]
 
 Apart from the lab's process, its schedule cannot be held up by what that process does
 (the request load, the exporter beside the server, writing the report): the times it
 records are the times the pages came. It writes to a file, never to a pipe, so a reader
 that falls behind cannot block it. It stops when its stdin closes (the lab ended, however
-it ended) or on SIGTERM. `measure.Sampler` starts it and reads the file.
+it ended) or on SIGTERM. `measure.Sampler` starts it and reads the file. TOKEN_FILE: a
+vLLM started with --api-key (or behind a token-checking proxy), read as the exporter does.
 """
 
 from __future__ import annotations
@@ -20,15 +21,20 @@ import threading
 import time
 
 from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import Fetcher
+from vllm_glassbox.exporter.fetch import Fetcher, TargetCredentials
 from vllm_glassbox.ticker import ticks
 
 
 def poll_forever(
-    url: str, period: float, deadline: float, path: str, stop: threading.Event
+    url: str,
+    period: float,
+    deadline: float,
+    path: str,
+    stop: threading.Event,
+    token_file: str | None = None,
 ) -> None:
     # The exporter's fetcher: one hard deadline per poll, whatever the server does.
-    fetcher = Fetcher(url, deadline)
+    fetcher = Fetcher(url, deadline, credentials=TargetCredentials(bearer_token_file=token_file))
     with open(path, "a", encoding="utf-8") as out:
         # A poll that came back late is followed at once, the period counted from there.
         for due in ticks(period, stop, after_overrun="at once"):
@@ -47,6 +53,7 @@ def poll_forever(
 
 def main(argv: list[str]) -> int:
     url, period, deadline, path = argv[0].rstrip("/"), float(argv[1]), float(argv[2]), argv[3]
+    token_file = argv[4] if len(argv) > 4 else None
     stop = threading.Event()
 
     def until_stdin_closes() -> None:
@@ -54,7 +61,7 @@ def main(argv: list[str]) -> int:
         stop.set()
 
     threading.Thread(target=until_stdin_closes, daemon=True).start()
-    poll_forever(url, period, deadline, path, stop)
+    poll_forever(url, period, deadline, path, stop, token_file)
     return 0
 
 

@@ -16,12 +16,14 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from vllm_glassbox import __version__
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
 from vllm_glassbox.lab.backend import Backend, Deployed, FlagOverrides, Terminated, restoring
+from vllm_glassbox.lab.credentials import ApiKey
 from vllm_glassbox.lab.experiments import for_phase
 from vllm_glassbox.lab.experiments.base import STOPPED, Phase, PhaseFailed, describe_error
 from vllm_glassbox.lab.measure import Completion, LabError, Measured, Sampler, VllmClient, increase
@@ -50,7 +52,8 @@ class Lab:
     publish: Callable[[LabResults], None] = lambda results: None
     wall: Callable[[], float] = time.time
     peak: Peak | None = None  # the hardware's peak memory bandwidth, when known
-    api_key: str | None = field(default=None, repr=False)  # vLLM's --api-key, sent, never kept
+    api_key: ApiKey | None = None  # a vLLM started with --api-key
+    out_dir: Path | None = None  # where a kind keeps files of its own (the benchmark's JSON)
     results: LabResults = field(init=False)
 
     @property

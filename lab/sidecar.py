@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import fetch_once
+from vllm_glassbox.exporter.fetch import TargetCredentials, fetch_once
 from vllm_glassbox.exporter.service import ExporterConfig, serve
 from vllm_glassbox.exporter.textformat import parse_samples
 from vllm_glassbox.lab.backend import Deployed
@@ -58,8 +58,11 @@ class ExporterBeside(Observer):
         keep: Callable[[ExporterSeries], None],
         peak_bandwidth: float | None = None,
         window_seconds: float = WINDOW_SECONDS,
+        bearer_token_file: str | None = None,
     ) -> None:
         self.port = port
+        # A vLLM started with --api-key: the exporter's --target-bearer-token-file.
+        self.bearer_token_file = bearer_token_file
         self.keep = keep
         self.peak_bandwidth = peak_bandwidth
         self.window_seconds = window_seconds
@@ -84,6 +87,7 @@ class ExporterBeside(Observer):
             model_dir=deployed.model_dir,
             vllm_log=deployed.log_path,
             peak_bandwidth=self.peak_bandwidth,
+            target_credentials=TargetCredentials(bearer_token_file=self.bearer_token_file),
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -109,11 +113,11 @@ class ExporterBeside(Observer):
                 self.keep(ExporterSeries(segment.title, values))
         self.close()
 
-    def read(self) -> dict[str, float]:
+    def read(self, names: Sequence[str] = (*ALSO_READ, *COMPARED)) -> dict[str, float]:
         """The exporter's derived series now, summed over engines (one engine here)."""
         try:
             text = fetch_once(self.url, "/metrics", timeout_seconds=5.0)
-            samples = parse_samples(text, [*ALSO_READ, *COMPARED])
+            samples = parse_samples(text, list(names))
         except ScrapeError:
             return {}
         return {name: sum(series.values()) for name, series in samples.items() if series}

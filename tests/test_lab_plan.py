@@ -13,6 +13,7 @@ from vllm_glassbox.lab.cli import choose_backend
 from vllm_glassbox.lab.cli import main as lab_main
 from vllm_glassbox.lab.experiments.kv_pressure import KvPressurePhase
 from vllm_glassbox.lab.experiments.quantization import QuantizationPhase
+from vllm_glassbox.lab.experiments.rate_sweep import Doubling, RateSweepPhase
 from vllm_glassbox.lab.experiments.spec_decode import SpecDecodePhase
 from vllm_glassbox.lab.plan import (
     PeakBandwidth,
@@ -199,7 +200,8 @@ def test_a_bad_plan_lists_every_problem_with_its_path() -> None:
         "phases[1].variants: duplicate names ['x']",
         "phases[2].concurrency: must be a positive whole number, not 0",
         "phases[2].poll: not a duration: '5 parsecs' (use e.g. 500ms, 5s, 1m or 2.5)",
-        "phases[3].kind: unknown kind 'warp-drive' (known: quantization, kv-pressure, spec-decode)",
+        "phases[3].kind: unknown kind 'warp-drive' "
+        "(known: quantization, kv-pressure, spec-decode, rate-sweep)",
         "phases[4].temperature: must be a number ≥ 0, not 'hot'",
         "phases[4].runs: needs at least two runs to compare",
     ]
@@ -318,7 +320,7 @@ def test_the_gpu_plan_is_the_articles_scale_on_one_gpu(capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "gpu-7b: valid; targets: local" in out
     assert "peak memory bandwidth: 4,800 GB/s from the H200 datasheet" in out
-    assert "7 server start(s)" in out
+    assert "8 server start(s)" in out
     plan = load_plan(packaged_plan("gpu-7b"))  # type: ignore[arg-type]
     assert plan.local is not None and plan.local.exporter
     assert plan.local.env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
@@ -334,7 +336,7 @@ def test_the_gpu_plan_is_the_articles_scale_on_one_gpu(capsys: pytest.CaptureFix
         assert (spec.intermediate_size, spec.vocab_size) == (18944, 152064)
         assert not spec.writes_checkpoint and spec.repetition_penalty == 1.05
     assert sorted(s.precision for s in models.values()) == ["awq", "bf16", "gptq"]
-    quant, kv, spec_phase = plan.phases
+    quant, kv, spec_phase, sweep = plan.phases
     assert isinstance(quant, QuantizationPhase) and isinstance(kv, KvPressurePhase)
     assert [v.name for v in quant.variants if v.fit] == ["BF16", "AWQ"]
     fp8 = quant.variants[3]
@@ -350,6 +352,14 @@ def test_the_gpu_plan_is_the_articles_scale_on_one_gpu(capsys: pytest.CaptureFix
         ("model defaults (1.05)", True),
         ("no speculation", False),
     ]
+    # Poisson arrivals at doubling rates against the kv-pressure phase's pool: the queue
+    # at a full pool that the all-at-once flood did not show on the H200.
+    assert isinstance(sweep, RateSweepPhase)
+    assert sweep.model == kv.model and sweep.flags == kv.flags
+    assert sweep.arrivals == "Poisson" and sweep.rates == Doubling(0.125, 6)
+    per_request = (sweep.input_len + sweep.output_len) * 57344
+    assert int(str(kv.flags["--kv-cache-memory-bytes"])) // per_request == 26  # fit at once
+    assert "rate-sweep (rate-sweep): vllm bench serve from 0.125 req/s doubling" in out
 
 
 def flag_value_of(args: tuple[str, ...], name: str) -> str | None:

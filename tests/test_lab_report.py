@@ -37,7 +37,6 @@ from vllm_glassbox.lab.experiments.quantization import (
     QuantizationResult,
     Variant,
     VariantResult,
-    fit_line,
     fit_tpot,
     full_size_variants,
     variant_result,
@@ -47,7 +46,7 @@ from vllm_glassbox.lab.experiments.spec_decode import (
     penalty_finding,
     spec_runs,
 )
-from vllm_glassbox.lab.findings import spread
+from vllm_glassbox.lab.findings import fit_line, spread
 from vllm_glassbox.lab.measure import Completion, increase
 from vllm_glassbox.lab.report import render_markdown, why_empty, write_outputs
 from vllm_glassbox.lab.results import (

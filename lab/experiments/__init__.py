@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_glassbox.lab.experiments import kv_pressure, quantization, spec_decode
+from vllm_glassbox.lab.experiments import kv_pressure, quantization, rate_sweep, spec_decode
 from vllm_glassbox.lab.experiments.base import Experiment, Phase
 from vllm_glassbox.lab.results import PhaseBody
 
@@ -15,6 +15,7 @@ EXPERIMENTS: tuple[Experiment[Any, Any], ...] = (
     quantization.EXPERIMENT,
     kv_pressure.EXPERIMENT,
     spec_decode.EXPERIMENT,
+    rate_sweep.EXPERIMENT,
 )
 KINDS = tuple(e.kind for e in EXPERIMENTS)
 

@@ -25,6 +25,7 @@ from vllm_glassbox.lab import findings
 from vllm_glassbox.lab.analysis import request_stats
 from vllm_glassbox.lab.backend import FlagOverrides
 from vllm_glassbox.lab.experiments.base import STOPPED, Experiment, PhaseFailed, describe_error
+from vllm_glassbox.lab.findings import fit_line
 from vllm_glassbox.lab.measure import Completion
 from vllm_glassbox.lab.plan_yaml import (
     MISSING,
@@ -354,27 +355,6 @@ def variant_result(
 
 
 # --- what the numbers mean -----------------------------------------------------------------
-
-
-def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float | None]:
-    """Least squares y = a·x + b: (a, b, R²). Needs two distinct x.
-
-    R² is None through two distinct x (any two points lie on a line: it would always be 1)
-    and when every y is the same.
-    """
-    n = len(points)
-    xs = [p[0] for p in points]
-    ys = [p[1] for p in points]
-    if n < 2 or len(set(xs)) < 2:
-        raise ValueError("a line needs at least two points with different x")
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
-    intercept = mean_y - slope * mean_x
-    ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in points)
-    ss_tot = sum((y - mean_y) ** 2 for y in ys)
-    r_squared = None if len(set(xs)) < 3 or ss_tot == 0 else 1.0 - ss_res / ss_tot
-    return slope, intercept, r_squared
 
 
 def full_size_variants(variants: Sequence[VariantResult]) -> dict[str, str]:
