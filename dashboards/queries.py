@@ -204,7 +204,9 @@ OUT_OF_HEADROOM_SERVERS = f"bottomk({SHOWN_SERVERS}, {SERVER_HEADROOM} < 1)"
 OFF_BANDWIDTH_COUNT = f"count by ({PER_NAMESPACE}) ({SERVER_BANDWIDTH} < {BANDWIDTH_LOW})"
 PREEMPTING_COUNT = f"count by ({PER_NAMESPACE}) ({SERVER_PREEMPTIONS} > 0)"
 OUT_OF_HEADROOM_COUNT = f"count by ({PER_NAMESPACE}) ({SERVER_HEADROOM} < 1)"
-SERVERS = f"count by ({PER_NAMESPACE}) (group by ({PER_SERVER}) ({RUNNING}))"
+SERVERS = (
+    f"count by ({PER_NAMESPACE}) (group by ({PER_SERVER}) (vllm:num_requests_running{{{ENGINE}}}))"
+)
 # Across namespaces: sums of the per-namespace records, never of raw series.
 GENERATION_TOKENS_BY_MODEL = f"sum by (model_name) ({GENERATION_TOKENS_FLEET})"
 PREEMPTIONS_BY_MODEL = f"sum by (model_name) ({PREEMPTIONS_FLEET})"

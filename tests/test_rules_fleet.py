@@ -7,11 +7,14 @@ each alert names its namespace, in its labels and its description.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from vllm_glassbox.dashboards import queries as q
+from vllm_glassbox.dashboards.grafana import TimeRange, substitute
 from vllm_glassbox.lab.prometheus_process import PrometheusProcess
 
 from tests.fleet import Fleet, plan_pods, serve
@@ -108,3 +111,24 @@ def test_each_alert_names_its_namespace_in_labels_and_description(
     for active in mine():
         team = active["labels"]["namespace"]
         assert f"namespace {team})" in active["annotations"]["description"], active
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [q.SERVERS, q.OFF_BANDWIDTH_COUNT, q.PREEMPTING_COUNT, q.OUT_OF_HEADROOM_COUNT],
+    ids=["servers", "off bandwidth", "preempting", "out of headroom"],
+)
+def test_fleet_dashboard_counts_one_server_under_pressure_in_each_namespace(
+    prometheus: str, expr: str
+) -> None:
+    now = time.time()
+    names = ["cluster", "namespace", "job", "pod", "model_name", "engine"]
+    sent = substitute(expr, names, TimeRange(now - 300, now, 15.0, 1.0))
+
+    def counted() -> dict[str, float]:
+        return {
+            r["metric"]["namespace"]: float(r["value"][1])
+            for r in prometheus_query(prometheus, sent)
+        }
+
+    wait_until(lambda: counted() == {"team-0": 1.0, "team-1": 1.0}, f"{sent} per namespace")
