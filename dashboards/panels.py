@@ -779,9 +779,11 @@ def raw_requests() -> Panel:
 def raw_ttft() -> Panel:
     return timeseries(
         "Time to first token",
-        "p50 and p95 from the buckets of vllm:time_to_first_token_seconds, and the mean "
-        "(rate of _sum / rate of _count); for a short prompt it is mostly fixed overhead.\n\n"
-        + per_engine("glassbox_time_to_first_token_seconds"),
+        "p50 and p95 per model, all selected namespaces together, from recording rule "
+        "namespace_job_model_name_le:vllm_time_to_first_token_seconds_bucket:rate5m (the "
+        "buckets of vllm:time_to_first_token_seconds over 5 m, not narrowed by pod or "
+        "engine), and the mean (rate of _sum / rate of _count); for a short prompt it is "
+        "mostly fixed overhead.\n\n" + per_engine("glassbox_time_to_first_token_seconds"),
         [
             Q(q.TTFT_P50, "p50 {{model_name}}"),
             Q(q.TTFT_P95, "p95 {{model_name}}"),

@@ -49,12 +49,6 @@ def mean_of_histogram(histogram: str, by: str = "model_name") -> str:
     return f"{rate(histogram + '_sum', by)} / ({rate(histogram + '_count', by)} > 0)"
 
 
-def quantile(q: float, histogram: str, by: str = "model_name") -> str:
-    return (
-        f"histogram_quantile({q}, sum by (le, {by}) (rate({histogram}_bucket{{{ENGINE}}}{RATE})))"
-    )
-
-
 PER_ENGINE = "model_name, instance, engine"
 
 # --- lab ----------------------------------------------------------------------------------
@@ -175,8 +169,11 @@ RAW_PREEMPTIONS = rate("vllm:num_preemptions_total")
 PROMPT_TOKENS_RATE = rate("vllm:prompt_tokens_total")
 GENERATION_TOKENS_RATE = rate("vllm:generation_tokens_total")
 REQUESTS_RATE = rate("vllm:request_success_total")
-TTFT_P50 = quantile(0.5, "vllm:time_to_first_token_seconds")
-TTFT_P95 = quantile(0.95, "vllm:time_to_first_token_seconds")
+# From the recording rule (buckets per namespace and model, not per engine): at fleet size
+# the raw buckets are the dashboards' heaviest read (docs/fleet.md).
+TTFT_BUCKETS = rule("namespace_job_model_name_le:vllm_time_to_first_token_seconds_bucket:rate5m")
+TTFT_P50 = f"histogram_quantile(0.5, sum by (le, model_name) ({TTFT_BUCKETS}))"
+TTFT_P95 = f"histogram_quantile(0.95, sum by (le, model_name) ({TTFT_BUCKETS}))"
 TTFT_RAW_MEAN = mean_of_histogram("vllm:time_to_first_token_seconds")
 
 # --- the exporter itself ------------------------------------------------------------------
