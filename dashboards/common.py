@@ -7,12 +7,15 @@ namespace, say) is one edit. Three scopes, as in vLLM's own dashboards:
   about weights and hardware, `vllm:cache_config_info`) take only this one.
 - ``MODEL``: ``TARGET`` plus the served model.
 - ``ENGINE``: ``MODEL`` plus vLLM's engine index (the data-parallel rank).
-- ``RULE``: the fleet recording rules, aggregated `by (job, model_name)`.
+- ``RULE``: the fleet recording rules, aggregated `by (namespace, job, model_name)`
+  (and `cluster` where the rules keep it: `glassbox rules --aggregation-labels`).
 
 Every variable is multi-valued with an "All" whose value is `.*`, which also matches a
-series that lacks the label (no `namespace` or `pod` outside Kubernetes). vLLM and its
-exporter are two scrape targets: in Kubernetes they share `namespace`, `pod` and (with
-one ServiceMonitor or PodMonitor) `job`; elsewhere pick both jobs.
+series that lacks the label (no `cluster` on a single cluster's Prometheus, no
+`namespace` or `pod` outside Kubernetes). vLLM and its exporter are two scrape targets:
+in Kubernetes they share `namespace`, `pod` and (with one ServiceMonitor or PodMonitor)
+`job`; elsewhere pick both jobs. Every dashboard links to the others with the time range
+and the variables kept (Grafana's dashboard links, by the tag "glassbox").
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from grafanalib.core import (
     Annotations,
     BarChart,
     Dashboard,
+    DashboardLink,
     GridPos,
     Panel,
     RowPanel,
@@ -41,10 +45,14 @@ from grafanalib.core import (
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
-TARGET = 'namespace=~"$namespace", job=~"$job", pod=~"$pod"'
+PLACE = 'cluster=~"$cluster", namespace=~"$namespace"'
+TARGET = PLACE + ', job=~"$job", pod=~"$pod"'
 MODEL = TARGET + ', model_name=~"$model_name"'
 ENGINE = MODEL + ', engine=~"$engine"'
-RULE = 'job=~"$job", model_name=~"$model_name"'
+RULE = PLACE + ', job=~"$job", model_name=~"$model_name"'
+# Records per namespace and model whatever the job (replicas needed, the start baseline).
+NAMESPACE_RULE = PLACE + ', model_name=~"$model_name"'
+TAG = "glassbox"  # every dashboard's, and what their links list
 
 # Tag the lab puts on the annotations it posts through Grafana's HTTP API.
 LAB_ANNOTATION_TAG = "glassbox-lab"
@@ -75,7 +83,8 @@ def _variable(name: str, label: str, query: str) -> Template:
 
 
 def variables() -> list[Template]:
-    """datasource, namespace, job, pod, model_name, engine: each narrows the next."""
+    """datasource, cluster, namespace, job, pod, model_name, engine: each narrows the
+    next."""
     return [
         Template(
             name="datasource",
@@ -83,13 +92,14 @@ def variables() -> list[Template]:
             query="prometheus",
             type="datasource",
         ),
-        _variable("namespace", "Namespace", f"label_values({_TARGETS}}}, namespace)"),
-        _variable("job", "Job", f'label_values({_TARGETS}, namespace=~"$namespace"}}, job)'),
+        _variable("cluster", "Cluster", f"label_values({_TARGETS}}}, cluster)"),
         _variable(
-            "pod",
-            "Pod",
-            f'label_values({_TARGETS}, namespace=~"$namespace", job=~"$job"}}, pod)',
+            "namespace",
+            "Namespace",
+            f'label_values({_TARGETS}, cluster=~"$cluster"}}, namespace)',
         ),
+        _variable("job", "Job", f"label_values({_TARGETS}, {PLACE}}}, job)"),
+        _variable("pod", "Pod", f'label_values({_TARGETS}, {PLACE}, job=~"$job"}}, pod)'),
         _variable(
             "model_name",
             "Model",
@@ -101,7 +111,7 @@ def variables() -> list[Template]:
     ]
 
 
-LAB_PHASES = 'max by (kind, phase, variant) (glassbox_lab_phase_info{namespace=~"$namespace"})'
+LAB_PHASES = f"max by (kind, phase, variant) (glassbox_lab_phase_info{{{PLACE}}})"
 
 
 def dashboard_annotations() -> Annotations:
@@ -346,7 +356,7 @@ def dashboard(uid: str, title: str, description: str, rows: Sequence[Row]) -> Da
         uid=uid,
         title=title,
         description=description,
-        tags=["vllm", "glassbox"],
+        tags=["vllm", TAG],
         timezone="browser",
         refresh="30s",
         time=Time("now-1h", "now"),
@@ -355,11 +365,21 @@ def dashboard(uid: str, title: str, description: str, rows: Sequence[Row]) -> Da
         templating=Templating(list=variables()),
         annotations=dashboard_annotations(),
         panels=layout(rows),
+        links=[
+            DashboardLink(
+                title="glassbox",
+                type="dashboards",
+                tags=[TAG],
+                asDropdown=False,
+                includeVars=True,  # the cluster, namespace, model, ... picked here
+                keepTime=True,
+            )
+        ],
     ).auto_panel_ids()
 
 
 ENGINE_LEGEND = "{{model_name}} engine {{engine}} ({{instance}})"
-FLEET_LEGEND = "{{model_name}} fleet, 5m ({{job}})"
+FLEET_LEGEND = "{{model_name}} fleet, 5m ({{namespace}}, {{job}})"
 
 # Grafana unit ids (custom units are "suffix:<text>").
 SECONDS = "s"

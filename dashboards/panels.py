@@ -89,7 +89,7 @@ def tpot() -> Panel:
         "emits (vLLM's ITL histogram has one sample per step, not per token).\n\n"
         + _pair(
             "glassbox_time_per_output_token_seconds",
-            "job_model_name:vllm_time_per_output_token_seconds:rate5m",
+            "namespace_job_model_name:vllm_time_per_output_token_seconds:rate5m",
         ),
         [Q(q.TPOT, ENGINE_LEGEND), fleet_q(q.TPOT_FLEET, FLEET_LEGEND)],
         SECONDS,
@@ -103,7 +103,7 @@ def decode_step() -> Panel:
         "bandwidth: in each step every GPU reads its share of the weights once.\n\n"
         + _pair(
             "glassbox_inter_token_latency_seconds",
-            "job_model_name:vllm_inter_token_latency_seconds:rate5m",
+            "namespace_job_model_name:vllm_inter_token_latency_seconds:rate5m",
         )
         + f"\n\nFloor: {help_of('glassbox_decode_floor_seconds')} "
         "The floor is present only when the exporter knows the peak bandwidth (--gpu or "
@@ -123,7 +123,7 @@ def tokens_per_forward_pass() -> Panel:
         "Above 1 only when speculative decoding lands accepted drafts.\n\n"
         + _pair(
             "glassbox_tokens_per_forward_pass",
-            "job_model_name:vllm_tokens_per_forward_pass:rate5m",
+            "namespace_job_model_name:vllm_tokens_per_forward_pass:rate5m",
         ),
         [
             Q(q.TOKENS_PER_FORWARD_PASS, ENGINE_LEGEND),
@@ -139,7 +139,8 @@ def tokens_per_engine_step() -> Panel:
         "What one engine step yields across the whole batch: grows with batching and "
         "with speculation.\n\n"
         + _pair(
-            "glassbox_tokens_per_engine_step", "job_model_name:vllm_tokens_per_engine_step:rate5m"
+            "glassbox_tokens_per_engine_step",
+            "namespace_job_model_name:vllm_tokens_per_engine_step:rate5m",
         ),
         [
             Q(q.TOKENS_PER_ENGINE_STEP, ENGINE_LEGEND),
@@ -152,7 +153,9 @@ def tokens_per_engine_step() -> Panel:
 def engine_steps() -> Panel:
     return timeseries(
         "Engine steps per second",
-        _pair("glassbox_engine_steps_per_second", "job_model_name:vllm_engine_steps:rate5m")
+        _pair(
+            "glassbox_engine_steps_per_second", "namespace_job_model_name:vllm_engine_steps:rate5m"
+        )
         + _YOUNG,
         [Q(q.ENGINE_STEPS, ENGINE_LEGEND), fleet_q(q.ENGINE_STEPS_FLEET, FLEET_LEGEND)],
         PER_SECOND,
@@ -162,7 +165,7 @@ def engine_steps() -> Panel:
 def generation_throughput_fleet() -> Panel:
     return timeseries(
         "Generated tokens per second",
-        "Fleet: recording rule job_model_name:vllm_generation_tokens:rate5m, "
+        "Fleet: recording rule namespace_job_model_name:vllm_generation_tokens:rate5m, "
         "rate of vllm:generation_tokens_total over 5 minutes, summed over engines." + _YOUNG,
         [fleet_q(q.GENERATION_TOKENS_FLEET, FLEET_LEGEND)],
         TOKENS_PER_SECOND,
@@ -281,9 +284,9 @@ def kv_tokens() -> Panel:
 def kv_tokens_fleet() -> Panel:
     return timeseries(
         "KV pool of the fleet: used, free and capacity tokens",
-        "Recording rules job_model_name:glassbox_kv_cache_used_tokens:sum, "
-        "job_model_name:glassbox_kv_cache_free_tokens:sum and "
-        "job_model_name:glassbox_kv_cache_capacity_tokens:sum: the exporter's per-engine "
+        "Recording rules namespace_job_model_name:glassbox_kv_cache_used_tokens:sum, "
+        "namespace_job_model_name:glassbox_kv_cache_free_tokens:sum and "
+        "namespace_job_model_name:glassbox_kv_cache_capacity_tokens:sum: the exporter's per-engine "
         "tokens summed over the engines of a job and model.",
         [
             fleet_q(q.KV_CAPACITY_TOKENS_FLEET, "capacity {{model_name}} ({{job}})"),
@@ -299,7 +302,7 @@ def kv_usage() -> Panel:
         "KV cache usage",
         "vllm:kv_cache_usage_perc, the share of KV blocks held by requests (a fraction, "
         "evictable prefix-cache blocks count as free); per engine, and the fleet's maximum "
-        "(recording rule job_model_name:vllm_kv_cache_usage:max). Paging is invisible "
+        "(recording rule namespace_job_model_name:vllm_kv_cache_usage:max). Paging is invisible "
         f"until the pool is full: the line marks {KV_NEARLY_FULL:.0%}.",
         [Q(q.KV_USAGE, ENGINE_LEGEND), fleet_q(q.KV_USAGE_FLEET, "max " + FLEET_LEGEND)],
         RATIO,
@@ -338,7 +341,7 @@ def kv_block_size_stat() -> Panel:
 def kv_usage_stat() -> Panel:
     return stat(
         "KV usage, fleet max",
-        "Recording rule job_model_name:vllm_kv_cache_usage:max: the fullest engine's "
+        "Recording rule namespace_job_model_name:vllm_kv_cache_usage:max: the fullest engine's "
         "vllm:kv_cache_usage_perc.",
         [fleet_q(q.KV_USAGE_FLEET, "{{model_name}}")],
         RATIO,
@@ -371,7 +374,8 @@ def running_waiting() -> Panel:
     return timeseries(
         "Requests running and waiting",
         "vllm:num_requests_running and vllm:num_requests_waiting per engine, and the "
-        "fleet sums (recording rules job_model_name:vllm_num_requests_{running,waiting}:sum). "
+        "fleet sums (recording rules "
+        "namespace_job_model_name:vllm_num_requests_{running,waiting}:sum). "
         "From vLLM v0.20 vllm:num_requests_waiting_by_reason says why they wait "
         "(capacity: no KV room; deferred: LoRA budget, KV transfer).",
         [
@@ -390,7 +394,10 @@ def preemptions() -> Panel:
         "Preemptions per second",
         "A preempted request loses its KV blocks and is prefilled again later. "
         "A single one is not a storm; a run of them while requests wait is.\n\n"
-        + _pair("glassbox_preemptions_per_second", "job_model_name:vllm_num_preemptions:rate5m")
+        + _pair(
+            "glassbox_preemptions_per_second",
+            "namespace_job_model_name:vllm_num_preemptions:rate5m",
+        )
         + _YOUNG,
         [Q(q.PREEMPTIONS, ENGINE_LEGEND), fleet_q(q.PREEMPTIONS_FLEET, FLEET_LEGEND)],
         PER_SECOND,
@@ -424,7 +431,7 @@ def preemption_storm_stat() -> Panel:
 def preemptions_stat() -> Panel:
     return stat(
         "Preemptions / s",
-        "Recording rule job_model_name:vllm_num_preemptions:rate5m: "
+        "Recording rule namespace_job_model_name:vllm_num_preemptions:rate5m: "
         "rate of vllm:num_preemptions_total over 5 minutes, summed over engines.",
         [fleet_q(q.PREEMPTIONS_FLEET, "{{model_name}}")],
         PER_SECOND,
@@ -435,7 +442,7 @@ def preemptions_stat() -> Panel:
 def waiting_stat() -> Panel:
     return stat(
         "Waiting requests",
-        "Recording rule job_model_name:vllm_num_requests_waiting:sum.",
+        "Recording rule namespace_job_model_name:vllm_num_requests_waiting:sum.",
         [fleet_q(q.WAITING_FLEET, "{{model_name}}")],
         NUMBER,
     )
@@ -449,9 +456,12 @@ def kv_headroom() -> Panel:
         "Headroom: more requests that fit",
         f"Per engine: {help_of('glassbox_kv_cache_headroom_requests')} It falls to 0 before "
         "vLLM has to preempt. Fleet (dashed): recording rule "
-        "job_model_name:glassbox_kv_cache_headroom_requests:sum, the engines' whole "
+        "namespace_job_model_name:glassbox_kv_cache_headroom_requests:sum, the engines' whole "
         "requests summed. Absent while no request runs.",
-        [Q(q.KV_HEADROOM, ENGINE_LEGEND), fleet_q(q.KV_HEADROOM_FLEET, "{{model_name}} ({{job}})")],
+        [
+            Q(q.KV_HEADROOM, ENGINE_LEGEND),
+            fleet_q(q.KV_HEADROOM_FLEET, "{{model_name}} ({{namespace}}, {{job}})"),
+        ],
         NUMBER,
     )
 
@@ -460,11 +470,12 @@ def kv_exhaustion() -> Panel:
     return timeseries(
         "Time until the KV pool is full",
         f"Per engine: {help_of('glassbox_kv_cache_exhaustion_seconds')} Fleet (dashed): "
-        "recording rule job_model_name:glassbox_kv_cache_exhaustion_seconds:min, the engine "
+        "recording rule namespace_job_model_name:glassbox_kv_cache_exhaustion_seconds:min, "
+        "the engine "
         "that fills first. Absent unless the used tokens grew over the window.",
         [
             Q(q.KV_EXHAUSTION, ENGINE_LEGEND),
-            fleet_q(q.KV_EXHAUSTION_FLEET, "{{model_name}} ({{job}})"),
+            fleet_q(q.KV_EXHAUSTION_FLEET, "{{model_name}} ({{namespace}}, {{job}})"),
         ],
         SECONDS,
     )
@@ -502,7 +513,8 @@ def startup_total() -> Panel:
     return timeseries(
         "Process start to ready",
         f"{help_of('glassbox_startup_seconds')} One line per start. Dashed: recording rule "
-        "model_name:glassbox_startup_seconds_previous:max7d, the longest start of the model "
+        "namespace_model_name:glassbox_startup_seconds_previous:max7d, the longest start of "
+        "the model "
         "in the 7 days before (the starts published now left out), which VLLMStartupSlow "
         "compares a new start with." + _NO_START_LINES,
         [
@@ -560,7 +572,7 @@ def acceptance() -> Panel:
         "Draft acceptance ratio",
         _pair(
             "glassbox_spec_decode_acceptance_ratio",
-            "job_model_name:vllm_spec_decode_acceptance_ratio:rate5m",
+            "namespace_job_model_name:vllm_spec_decode_acceptance_ratio:rate5m",
         )
         + _NO_SPECULATION,
         [Q(q.ACCEPTANCE, ENGINE_LEGEND), fleet_q(q.ACCEPTANCE_FLEET, FLEET_LEGEND)],
@@ -574,7 +586,7 @@ def acceptance_length() -> Panel:
         "Upper bound: num_speculative_tokens + 1.\n\n"
         + _pair(
             "glassbox_spec_decode_mean_acceptance_length",
-            "job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m",
+            "namespace_job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m",
         )
         + _NO_SPECULATION,
         [Q(q.ACCEPTANCE_LENGTH, ENGINE_LEGEND), fleet_q(q.ACCEPTANCE_LENGTH_FLEET, FLEET_LEGEND)],
@@ -588,7 +600,7 @@ def acceptance_by_position() -> Panel:
         "Position k is accepted only when positions 0..k-1 were: the curve falls with k.\n\n"
         + _pair(
             "glassbox_spec_decode_position_acceptance_ratio",
-            "job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m",
+            "namespace_job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m",
         )
         + _NO_SPECULATION,
         [
@@ -606,7 +618,7 @@ def draft_coverage() -> Panel:
         "v0.11 skips it for requests with non-default penalties, min_p or logprobs.\n\n"
         + _pair(
             "glassbox_spec_decode_draft_coverage_ratio",
-            "job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m",
+            "namespace_job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m",
         )
         + _NO_SPECULATION,
         [Q(q.DRAFT_COVERAGE, ENGINE_LEGEND), fleet_q(q.DRAFT_COVERAGE_FLEET, FLEET_LEGEND)],
@@ -633,7 +645,8 @@ def drafts_rate() -> Panel:
 def acceptance_stat() -> Panel:
     return stat(
         "Draft acceptance",
-        fleet("job_model_name:vllm_spec_decode_acceptance_ratio:rate5m") + _NO_SPECULATION,
+        fleet("namespace_job_model_name:vllm_spec_decode_acceptance_ratio:rate5m")
+        + _NO_SPECULATION,
         [fleet_q(q.ACCEPTANCE_FLEET, "{{model_name}}")],
         RATIO,
     )
@@ -642,7 +655,8 @@ def acceptance_stat() -> Panel:
 def acceptance_length_stat() -> Panel:
     return stat(
         "Mean acceptance length",
-        fleet("job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m") + _NO_SPECULATION,
+        fleet("namespace_job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m")
+        + _NO_SPECULATION,
         [fleet_q(q.ACCEPTANCE_LENGTH_FLEET, "{{model_name}}")],
         TOKENS,
     )
@@ -651,7 +665,8 @@ def acceptance_length_stat() -> Panel:
 def draft_coverage_stat() -> Panel:
     return stat(
         "Draft coverage",
-        fleet("job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m") + _NO_SPECULATION,
+        fleet("namespace_job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m")
+        + _NO_SPECULATION,
         [fleet_q(q.DRAFT_COVERAGE_FLEET, "{{model_name}}")],
         RATIO,
     )
@@ -663,7 +678,7 @@ def draft_coverage_stat() -> Panel:
 def tpot_stat() -> Panel:
     return stat(
         "TPOT",
-        fleet("job_model_name:vllm_time_per_output_token_seconds:rate5m") + _NO_DECODE,
+        fleet("namespace_job_model_name:vllm_time_per_output_token_seconds:rate5m") + _NO_DECODE,
         [fleet_q(q.TPOT_FLEET, "{{model_name}}")],
         SECONDS,
     )
@@ -672,7 +687,7 @@ def tpot_stat() -> Panel:
 def tokens_per_forward_pass_stat() -> Panel:
     return stat(
         "Tokens per forward pass",
-        fleet("job_model_name:vllm_tokens_per_forward_pass:rate5m") + _NO_DECODE,
+        fleet("namespace_job_model_name:vllm_tokens_per_forward_pass:rate5m") + _NO_DECODE,
         [fleet_q(q.TOKENS_PER_FORWARD_PASS_FLEET, "{{model_name}}")],
         NUMBER,
     )
@@ -681,7 +696,7 @@ def tokens_per_forward_pass_stat() -> Panel:
 def generation_stat() -> Panel:
     return stat(
         "Output tokens / s",
-        "Recording rule job_model_name:vllm_generation_tokens:rate5m.",
+        "Recording rule namespace_job_model_name:vllm_generation_tokens:rate5m.",
         [fleet_q(q.GENERATION_TOKENS_FLEET, "{{model_name}}")],
         TOKENS_PER_SECOND,
     )
@@ -764,9 +779,11 @@ def raw_requests() -> Panel:
 def raw_ttft() -> Panel:
     return timeseries(
         "Time to first token",
-        "p50 and p95 from the buckets of vllm:time_to_first_token_seconds, and the mean "
-        "(rate of _sum / rate of _count); for a short prompt it is mostly fixed overhead.\n\n"
-        + per_engine("glassbox_time_to_first_token_seconds"),
+        "p50 and p95 per model, all selected namespaces together, from recording rule "
+        "namespace_job_model_name_le:vllm_time_to_first_token_seconds_bucket:rate5m (the "
+        "buckets of vllm:time_to_first_token_seconds over 5 m, not narrowed by pod or "
+        "engine), and the mean (rate of _sum / rate of _count); for a short prompt it is "
+        "mostly fixed overhead.\n\n" + per_engine("glassbox_time_to_first_token_seconds"),
         [
             Q(q.TTFT_P50, "p50 {{model_name}}"),
             Q(q.TTFT_P95, "p95 {{model_name}}"),
@@ -795,4 +812,165 @@ def exporter_errors() -> Panel:
         help_of("glassbox_scrape_errors_total") + " Rate, by reason.",
         [Q(q.SCRAPE_ERRORS, "{{reason}}")],
         PER_SECOND,
+    )
+
+
+# --- the fleet ----------------------------------------------------------------------------
+
+_PER_NAMESPACE_LEGEND = "{{model_name}} {{namespace}} {{cluster}}"
+_SERVER_COLUMNS = ["cluster", "namespace", "model_name", "instance", "Value"]
+_WORST = f"The {q.SHOWN_SERVERS} worst at the end of the range, from the exporters' series."
+
+
+def fleet_servers() -> Panel:
+    return timeseries(
+        "vLLM servers per model and namespace",
+        "vLLM targets scraped that serve each model (vllm:num_requests_running: one series "
+        "per engine, grouped per server).",
+        [Q(q.SERVERS, _PER_NAMESPACE_LEGEND)],
+        NUMBER,
+    )
+
+
+def fleet_off_bandwidth_count() -> Panel:
+    return timeseries(
+        "Servers off the bandwidth line",
+        f"Servers whose slowest engine is under {q.BANDWIDTH_LOW:.0%} (the threshold of "
+        "VLLMDecodeBandwidthLow), per model and namespace. "
+        f"{per_engine('glassbox_memory_bandwidth_utilization_ratio')}" + _NO_PEAK,
+        [Q(q.OFF_BANDWIDTH_COUNT, _PER_NAMESPACE_LEGEND)],
+        NUMBER,
+    )
+
+
+def fleet_preempting_count() -> Panel:
+    return timeseries(
+        "Servers preempting",
+        "Servers with any preemption over the exporter's window (above 0 on any engine), "
+        f"per model and namespace. {per_engine('glassbox_preemptions_per_second')}",
+        [Q(q.PREEMPTING_COUNT, _PER_NAMESPACE_LEGEND)],
+        NUMBER,
+    )
+
+
+def fleet_out_of_headroom_count() -> Panel:
+    return timeseries(
+        "Servers out of KV headroom",
+        "Servers where not one more request fits in any engine's KV pool (summed over "
+        "engines, under 1), per model and namespace. "
+        f"{per_engine('glassbox_kv_cache_headroom_requests')} Absent while no request runs.",
+        [Q(q.OUT_OF_HEADROOM_COUNT, _PER_NAMESPACE_LEGEND)],
+        NUMBER,
+    )
+
+
+def fleet_off_bandwidth_servers() -> Panel:
+    return table(
+        "Furthest off the bandwidth line",
+        f"The slowest engine of each server, under {q.BANDWIDTH_LOW:.0%}. {_WORST} "
+        f"{per_engine('glassbox_memory_bandwidth_utilization_ratio')}" + _NO_PEAK,
+        [Q(q.OFF_BANDWIDTH_SERVERS)],
+        _SERVER_COLUMNS,
+    )
+
+
+def fleet_preempting_servers() -> Panel:
+    return table(
+        "Preempting most",
+        f"Preemptions per second of each server, summed over engines, above 0. {_WORST} "
+        f"{per_engine('glassbox_preemptions_per_second')}",
+        [Q(q.PREEMPTING_SERVERS)],
+        _SERVER_COLUMNS,
+    )
+
+
+def fleet_out_of_headroom_servers() -> Panel:
+    return table(
+        "Out of KV headroom",
+        f"Requests that still fit, summed over engines, under 1. {_WORST} "
+        f"{per_engine('glassbox_kv_cache_headroom_requests')}",
+        [Q(q.OUT_OF_HEADROOM_SERVERS)],
+        _SERVER_COLUMNS,
+    )
+
+
+def fleet_firing_alerts() -> Panel:
+    return table(
+        "Firing alerts per namespace",
+        "Prometheus' ALERTS in state firing, counted per cluster, namespace and alert: the "
+        "namespace is the route each one takes (alerts/runbook.md).",
+        [Q(q.FIRING_ALERTS)],
+        ["cluster", "namespace", "alertname", "Value"],
+    )
+
+
+def fleet_generation_by_namespace() -> Panel:
+    return timeseries(
+        "Generated tokens per model and namespace",
+        "Recording rule namespace_job_model_name:vllm_generation_tokens:rate5m per "
+        "namespace; dashed: summed over namespaces per model." + _YOUNG,
+        [
+            Q(q.GENERATION_TOKENS_FLEET, _PER_NAMESPACE_LEGEND),
+            fleet_q(q.GENERATION_TOKENS_BY_MODEL, "{{model_name}}, all namespaces"),
+        ],
+        TOKENS_PER_SECOND,
+    )
+
+
+def fleet_tpot_by_namespace() -> Panel:
+    return timeseries(
+        "TPOT per model and namespace",
+        "Recording rule namespace_job_model_name:vllm_time_per_output_token_seconds:rate5m "
+        "per namespace (a ratio: never averaged across namespaces)." + _NO_DECODE,
+        [Q(q.TPOT_FLEET, _PER_NAMESPACE_LEGEND)],
+        SECONDS,
+    )
+
+
+def fleet_kv_usage_by_namespace() -> Panel:
+    return timeseries(
+        "KV usage per model and namespace, fullest engine",
+        "Recording rule namespace_job_model_name:vllm_kv_cache_usage:max: the fullest "
+        "engine of the namespace's servers.",
+        [Q(q.KV_USAGE_FLEET, _PER_NAMESPACE_LEGEND)],
+        RATIO,
+        thresholds=_KV_THRESHOLDS,
+    )
+
+
+def fleet_preemptions_by_namespace() -> Panel:
+    return timeseries(
+        "Preemptions per model and namespace",
+        "Recording rule namespace_job_model_name:vllm_num_preemptions:rate5m per namespace; "
+        "dashed: summed over namespaces per model.",
+        [
+            Q(q.PREEMPTIONS_FLEET, _PER_NAMESPACE_LEGEND),
+            fleet_q(q.PREEMPTIONS_BY_MODEL, "{{model_name}}, all namespaces"),
+        ],
+        PER_SECOND,
+        thresholds=_ANY_PREEMPTION,
+    )
+
+
+def fleet_waiting_by_namespace() -> Panel:
+    return timeseries(
+        "Requests waiting per model and namespace",
+        "Recording rule namespace_job_model_name:vllm_num_requests_waiting:sum per "
+        "namespace; dashed: summed over namespaces per model.",
+        [
+            Q(q.WAITING_FLEET, _PER_NAMESPACE_LEGEND),
+            fleet_q(q.WAITING_BY_MODEL, "{{model_name}}, all namespaces"),
+        ],
+        NUMBER,
+    )
+
+
+def fleet_headroom_by_namespace() -> Panel:
+    return timeseries(
+        "KV headroom per model and namespace",
+        "Recording rule namespace_job_model_name:glassbox_kv_cache_headroom_requests:sum: "
+        "whole requests of the current mean size that still fit, over the namespace's "
+        "engines. Absent while no request runs.",
+        [Q(q.KV_HEADROOM_FLEET, _PER_NAMESPACE_LEGEND)],
+        NUMBER,
     )

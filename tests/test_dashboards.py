@@ -25,6 +25,7 @@ import promql_parser
 import pytest
 import yaml
 from vllm_glassbox.dashboards import catalog
+from vllm_glassbox.dashboards import queries as q
 from vllm_glassbox.dashboards.cli import main
 from vllm_glassbox.dashboards.common import LAB_ANNOTATION_TAG
 from vllm_glassbox.dashboards.drawing import with_gaps
@@ -129,7 +130,8 @@ def selected_names(expr: str) -> set[str]:
 
 
 def _alertnames(node: Any) -> set[str]:
-    return {m.value for m in node.matchers.matchers if m.name == "alertname"}
+    """The alert names an ALERTS selector picks (`a|b` alternatives of a regex split)."""
+    return {v for m in node.matchers.matchers if m.name == "alertname" for v in m.value.split("|")}
 
 
 _RATE_FUNCTIONS = {"rate", "irate", "increase"}
@@ -311,6 +313,7 @@ def test_uids_are_fixed_unique_and_name_the_files() -> None:
         "glassbox-decode",
         "glassbox-kv-cache",
         "glassbox-spec-decode",
+        "glassbox-fleet",
     ]
     assert all(len(uid) <= 40 for uid in uids)  # Grafana's limit
     assert sorted(p.stem for p in catalog.GENERATED_DIR.glob("*.json")) == sorted(uids)
@@ -356,10 +359,47 @@ def test_generate_check_names_every_drifting_file(
 def test_every_dashboard_has_the_variables_and_the_lab_annotations() -> None:
     for board in BOARDS:
         variables = [v["name"] for v in board["templating"]["list"]]
-        assert variables == ["datasource", "namespace", "job", "pod", "model_name", "engine"]
+        assert variables == [
+            "datasource",
+            "cluster",
+            "namespace",
+            "job",
+            "pod",
+            "model_name",
+            "engine",
+        ]
         annotations = {a["name"]: a for a in board["annotations"]["list"]}
         assert "glassbox_lab_phase_info" in annotations["Lab phases"]["expr"]
         assert annotations["Lab annotations"]["target"]["tags"] == [LAB_ANNOTATION_TAG]
+
+
+def test_every_dashboard_links_to_the_others_keeping_time_and_variables() -> None:
+    for board in BOARDS:
+        assert board["tags"] == ["vllm", "glassbox"]
+        (link,) = board["links"]
+        assert link["type"] == "dashboards" and link["tags"] == ["glassbox"]
+        assert link["keepTime"] and link["includeVars"]
+
+
+def test_every_query_narrows_to_the_picked_cluster_and_namespace() -> None:
+    """A selector without the fleet's variables would mix clusters and teams."""
+    checked = 0
+    for where, expr in expressions():
+        if "/ variable " in where:
+            continue  # each variable is narrowed by the ones before it
+        for node in _nodes(promql_parser.parse(expr)):
+            if isinstance(node, promql_parser.VectorSelector):
+                labels = {m.name for m in node.matchers.matchers}
+                assert {"cluster", "namespace"} <= labels, (where, expr)
+                checked += 1
+    assert checked > 100
+
+
+def test_fleet_view_uses_the_bandwidth_alerts_threshold_and_counts_every_alert() -> None:
+    from tests.test_rules import ALERT_RULES
+
+    assert f"< {q.BANDWIDTH_LOW}" in ALERT_RULES["VLLMDecodeBandwidthLow"]["expr"]
+    assert set(q.GLASSBOX_ALERTS) == set(ALERT_RULES)
 
 
 def test_lab_annotations_carry_the_tag_the_dashboards_filter_on() -> None:
@@ -406,7 +446,7 @@ def test_descriptions_quote_the_exporters_help_text() -> None:
 
 
 def _sub(expr: str) -> str:
-    return substitute(expr, ["namespace", "job", "pod", "model_name", "engine"], SPAN)
+    return substitute(expr, ["cluster", "namespace", "job", "pod", "model_name", "engine"], SPAN)
 
 
 # --- the queries --------------------------------------------------------------------------
@@ -439,7 +479,7 @@ def test_prometheus_itself_accepts_every_expression(tmp_path: Path) -> None:
 
 # The fleet recording rules the dashboards are built on (alerts/glassbox-rules.yaml).
 FLEET_RULES = {
-    f"job_model_name:{name}"
+    f"namespace_job_model_name:{name}"
     for name in (
         "vllm_time_per_output_token_seconds:rate5m",
         "vllm_inter_token_latency_seconds:rate5m",
@@ -457,7 +497,7 @@ FLEET_RULES = {
         "glassbox_kv_cache_used_tokens:sum",
         "glassbox_kv_cache_capacity_tokens:sum",
     )
-} | {"job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m"}
+} | {"namespace_job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m"}
 
 
 def test_every_series_exists(exporter_families: dict[str, str]) -> None:

@@ -411,7 +411,7 @@ def test_prometheus_sees_the_exporter_under_the_charts_job_and_the_absent_alert_
 def test_the_recording_rules_return_values_for_the_charts_jobs(stack: Stack) -> None:
     def recorded() -> list[dict[str, Any]]:
         return stack.query(
-            f'job_model_name:vllm_time_per_output_token_seconds:rate5m{{job="{stack.vllm_job}"}}'
+            f'namespace_job_model_name:vllm_time_per_output_token_seconds:rate5m{{job="{stack.vllm_job}"}}'
         )
 
     [tpot] = _wait("the TPOT recording rule", recorded, 60)
@@ -419,13 +419,13 @@ def test_the_recording_rules_return_values_for_the_charts_jobs(stack: Stack) -> 
     [capacity] = _wait(
         "the KV capacity recording rule",
         lambda: stack.query(
-            f'job_model_name:glassbox_kv_cache_capacity_tokens:sum{{job="{stack.exporter_job}"}}'
+            f'namespace_job_model_name:glassbox_kv_cache_capacity_tokens:sum{{job="{stack.exporter_job}"}}'
         ),
         60,
     )
     assert float(capacity["value"][1]) == 4096
     [running] = stack.query(
-        f'job_model_name:vllm_num_requests_running:sum{{job="{stack.vllm_job}"}}'
+        f'namespace_job_model_name:vllm_num_requests_running:sum{{job="{stack.vllm_job}"}}'
     )
     assert running["metric"]["model_name"] == "tiny"
 

@@ -25,6 +25,7 @@ from typing import Any
 import promql_parser
 import pytest
 import yaml
+from vllm_glassbox import rules
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.derive import Increase, engines_together, increase_between
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
@@ -329,28 +330,35 @@ def test_rules_name_no_other_series() -> None:
 # grow from one page to the other over the rules' 5-minute window; they must agree.
 
 RATIO_RULES: dict[str, Callable[[Increase], float | None]] = {
-    "job_model_name:vllm_time_per_output_token_seconds:rate5m": derive.time_per_output_token,
-    "job_model_name:vllm_inter_token_latency_seconds:rate5m": derive.inter_token_latency,
-    "job_model_name:vllm_tokens_per_forward_pass:rate5m": derive.tokens_per_forward_pass,
-    "job_model_name:vllm_tokens_per_engine_step:rate5m": derive.tokens_per_engine_step,
-    "job_model_name:vllm_engine_steps:rate5m": derive.engine_steps_per_second,
-    "job_model_name:vllm_generation_tokens:rate5m": derive.generation_tokens_per_second,
-    "job_model_name:vllm_num_preemptions:rate5m": derive.preemptions_per_second,
-    "job_model_name:vllm_spec_decode_acceptance_ratio:rate5m": derive.spec_acceptance_ratio,
-    "job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m": (
+    "namespace_job_model_name:vllm_time_per_output_token_seconds:rate5m": (
+        derive.time_per_output_token
+    ),
+    "namespace_job_model_name:vllm_inter_token_latency_seconds:rate5m": derive.inter_token_latency,
+    "namespace_job_model_name:vllm_tokens_per_forward_pass:rate5m": derive.tokens_per_forward_pass,
+    "namespace_job_model_name:vllm_tokens_per_engine_step:rate5m": derive.tokens_per_engine_step,
+    "namespace_job_model_name:vllm_engine_steps:rate5m": derive.engine_steps_per_second,
+    "namespace_job_model_name:vllm_generation_tokens:rate5m": derive.generation_tokens_per_second,
+    "namespace_job_model_name:vllm_num_preemptions:rate5m": derive.preemptions_per_second,
+    "namespace_job_model_name:vllm_spec_decode_acceptance_ratio:rate5m": (
+        derive.spec_acceptance_ratio
+    ),
+    "namespace_job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m": (
         derive.spec_mean_acceptance_length
     ),
-    "job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m": derive.spec_draft_coverage,
+    "namespace_job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m": (
+        derive.spec_draft_coverage
+    ),
 }
-POSITION_RULE = "job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m"
+POSITION_RULE = "namespace_job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m"
 RATE_WINDOW_SECONDS = 300.0  # the rules' [5m]
 
 _SPEC = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-# How much each series vLLM shows grew over 5 minutes, per (job, model_name, engine). The
-# two engines of qwen on vllm-a differ on purpose (pooled ≠ averaged ratios); llama runs
-# without speculation (no spec series at all); idle decoded nothing in the window.
+# How much each series vLLM shows grew over 5 minutes, per (namespace, model_name, engine),
+# every page scraped under the same job: two teams serve qwen, each record must keep them
+# apart. The two engines of qwen in team-a differ on purpose (pooled ≠ averaged ratios);
+# llama runs without speculation (no spec series at all); idle decoded nothing.
 FLEET: dict[tuple[str, str, str], dict[str, float]] = {
-    ("vllm-a", "qwen", "0"): {
+    ("team-a", "qwen", "0"): {
         "vllm:generation_tokens_total": 2560,
         "vllm:time_to_first_token_seconds_count": 10,
         "vllm:inter_token_latency_seconds_sum": 12.75,
@@ -366,7 +374,7 @@ FLEET: dict[tuple[str, str, str], dict[str, float]] = {
         f'{_SPEC}{{position="3"}}': 340,
         f'{_SPEC}{{position="4"}}': 290,
     },
-    ("vllm-a", "qwen", "1"): {
+    ("team-a", "qwen", "1"): {
         "vllm:generation_tokens_total": 1200,
         "vllm:time_to_first_token_seconds_count": 8,
         "vllm:inter_token_latency_seconds_sum": 9.5,
@@ -382,7 +390,7 @@ FLEET: dict[tuple[str, str, str], dict[str, float]] = {
         f'{_SPEC}{{position="3"}}': 1,
         f'{_SPEC}{{position="4"}}': 0,
     },
-    ("vllm-a", "llama", "0"): {
+    ("team-a", "llama", "0"): {
         "vllm:generation_tokens_total": 900,
         "vllm:time_to_first_token_seconds_count": 3,
         "vllm:inter_token_latency_seconds_sum": 4.2,
@@ -390,7 +398,7 @@ FLEET: dict[tuple[str, str, str], dict[str, float]] = {
         "vllm:iteration_tokens_total_count": 897,
         "vllm:num_preemptions_total": 2,
     },
-    ("vllm-b", "qwen", "0"): {
+    ("team-b", "qwen", "0"): {
         "vllm:generation_tokens_total": 640,
         "vllm:time_to_first_token_seconds_count": 2,
         "vllm:inter_token_latency_seconds_sum": 3.1,
@@ -406,7 +414,7 @@ FLEET: dict[tuple[str, str, str], dict[str, float]] = {
         f'{_SPEC}{{position="3"}}': 60,
         f'{_SPEC}{{position="4"}}': 38,
     },
-    ("vllm-b", "idle", "0"): {
+    ("team-b", "idle", "0"): {
         "vllm:generation_tokens_total": 0,
         "vllm:time_to_first_token_seconds_count": 0,
         "vllm:inter_token_latency_seconds_sum": 0,
@@ -431,11 +439,11 @@ def _split(series: str) -> tuple[str, str]:
     return name, rest.rstrip("}")
 
 
-def fleet_page(job: str, at_end: bool) -> str:
-    """The /metrics page the vLLM of `job` in FLEET shows at the window's start or end."""
+def fleet_page(namespace: str, at_end: bool) -> str:
+    """The /metrics page the vLLM in `namespace` in FLEET shows at the window's start or end."""
     lines = []
-    for (page_job, model, engine), increases in FLEET.items():
-        if page_job != job:
+    for (page_namespace, model, engine), increases in FLEET.items():
+        if page_namespace != namespace:
             continue
         for series, increase in increases.items():
             name, labels = _split(series)
@@ -447,57 +455,59 @@ def fleet_page(job: str, at_end: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-# job -> (vLLM's page when the 5-minute window starts, its page when it ends)
+# namespace -> (vLLM's page when the 5-minute window starts, its page when it ends); each
+# page is scraped as job "vllm", instance "pod:8000".
 Scenario = dict[str, tuple[str, str]]
+JOB = "vllm"
 
 SCENARIOS: dict[str, Scenario] = {
     "fleet": {
-        job: (fleet_page(job, at_end=False), fleet_page(job, at_end=True))
-        for job in sorted({job for job, _, _ in FLEET})
+        namespace: (fleet_page(namespace, at_end=False), fleet_page(namespace, at_end=True))
+        for namespace in sorted({namespace for namespace, _, _ in FLEET})
     },
     # Captured from the vLLM 0.32 CPU build (tests/fixtures/README.md).
     "0.32 two speculative requests": {
-        "vllm": (
+        "llm": (
             fixture_page("cpu-0.32/spec-idle.txt"),
             fixture_page("cpu-0.32/spec-after-2x256.txt"),
         )
     },
     "0.32 flood that preempts": {
-        "vllm": (
+        "llm": (
             fixture_page("cpu-0.32/spec-after-2x256.txt"),
             fixture_page("cpu-0.32/flood-after.txt"),
         )
     },
     # Synthesized in vLLM v0.11.0's formats.
     "0.11 speculation, then bypassed by a penalty": {
-        "vllm": (
+        "llm": (
             fixture_page("v0.11.0-single/idle.txt"),
             fixture_page("v0.11.0-single/after-penalty.txt"),
         )
     },
     "0.11 two data-parallel engines": {
-        "vllm": (fixture_page("v0.11.0-dp2/before.txt"), fixture_page("v0.11.0-dp2/after.txt"))
+        "llm": (fixture_page("v0.11.0-dp2/before.txt"), fixture_page("v0.11.0-dp2/after.txt"))
     },
 }
 
 
 def core_engine_increases(scenario: Scenario) -> dict[tuple[str, EngineKey], Increase]:
-    """What the derivation core makes of the pages: increases per job and engine."""
+    """What the derivation core makes of the pages: increases per namespace and engine."""
     out: dict[tuple[str, EngineKey], Increase] = {}
-    for job, (start, end) in scenario.items():
+    for namespace, (start, end) in scenario.items():
         before, after = read_snapshot(start), read_snapshot(end)
         for key, sample in after.engines.items():
-            out[(job, key)] = increase_between(
+            out[(namespace, key)] = increase_between(
                 before.engines[key].counters, sample.counters, RATE_WINDOW_SECONDS
             )
     return out
 
 
 def core_increases(scenario: Scenario) -> dict[tuple[str, str], Increase]:
-    """Per (job, model_name): the engines' increases summed, as the core aggregates."""
+    """Per (namespace, model_name): the engines' increases summed, as the core aggregates."""
     by_model: dict[tuple[str, str], list[Increase]] = {}
-    for (job, key), increase in core_engine_increases(scenario).items():
-        by_model.setdefault((job, key.model_name), []).append(increase)
+    for (namespace, key), increase in core_engine_increases(scenario).items():
+        by_model.setdefault((namespace, key.model_name), []).append(increase)
     return {k: engines_together(v, RATE_WINDOW_SECONDS) for k, v in by_model.items()}
 
 
@@ -508,13 +518,18 @@ def promtool_series(scenario: Scenario) -> list[dict[str, str]]:
     wanted = set().union(*(selector_names(_expr_of(r)) for r in [*RATIO_RULES, POSITION_RULE]))
     steps = int(RATE_WINDOW_SECONDS // 60)
     out = []
-    for job, (start, end) in scenario.items():
+    for namespace, (start, end) in scenario.items():
         before = parse_samples(start, wanted)
         for name, series in sorted(parse_samples(end, wanted).items()):
             for labels, value in sorted(series.items()):
                 first = before.get(name, {}).get(labels, 0.0)
                 text = ",".join(
-                    [f'job="{job}"', 'instance="pod:8000"', *(f'{k}="{v}"' for k, v in labels)]
+                    [
+                        f'namespace="{namespace}"',
+                        f'job="{JOB}"',
+                        'instance="pod:8000"',
+                        *(f'{k}="{v}"' for k, v in labels),
+                    ]
                 )
                 values = " ".join(
                     repr(first + (value - first) * i / steps) for i in range(steps + 1)
@@ -541,8 +556,8 @@ def comparison_cases(
     failure output shows the value the rule did compute.
     """
     cases: list[dict[str, Any]] = []
-    for (job, model), increase in sorted(increases.items()):
-        where = f'job="{job}",model_name="{model}"'
+    for (namespace, model), increase in sorted(increases.items()):
+        where = f'namespace="{namespace}",job="{JOB}",model_name="{model}"'
         expected_by_selector: dict[tuple[str, str], float | None] = {
             (f"{record}{{{where}}}", f"{{{where}}}"): compute(increase)
             for record, compute in RATIO_RULES.items()
@@ -569,14 +584,16 @@ def test_the_fleet_covers_present_absent_pooled_and_positional_values() -> None:
     assert set(increases) == {(j, m) for j, m, _ in FLEET}
     values = [compute(d) for d in increases.values() for compute in RATIO_RULES.values()]
     assert any(v is None for v in values) and any(v not in (None, 0.0) for v in values)
-    # Pooling the two qwen engines of vllm-a differs from averaging their ratios, so a rule
+    # Both namespaces serve qwen under the same job, with different counters.
+    assert increases[("team-a", "qwen")] != increases[("team-b", "qwen")]
+    # Pooling the two qwen engines of team-a differs from averaging their ratios, so a rule
     # that averaged would fail the comparison.
     engines = core_engine_increases(SCENARIOS["fleet"])
     per_engine = [
-        derive.tokens_per_forward_pass(engines[("vllm-a", EngineKey("qwen", e))]) or 0.0
+        derive.tokens_per_forward_pass(engines[("team-a", EngineKey("qwen", e))]) or 0.0
         for e in ("0", "1")
     ]
-    pooled = increases[("vllm-a", "qwen")]
+    pooled = increases[("team-a", "qwen")]
     assert derive.tokens_per_forward_pass(pooled) != pytest.approx(sum(per_engine) / 2, rel=0.01)
     assert derive.spec_position_acceptance(pooled)
 
@@ -684,3 +701,190 @@ def exporter_series_names(tmp_path_factory: pytest.TempPathFactory) -> frozenset
             poller.fetcher.close()
     assert [d.seconds for d in poller.history.increases().values()] == [30.0]
     return frozenset(s.name for family in poller.published for s in family.samples)
+
+
+# --- teams apart: two namespaces, and more aggregation labels -----------------------------
+
+TEAMS = ({"namespace": "team-a"}, {"namespace": "team-b"})
+# Two clusters, each with both teams: the rules with `cluster` added (glassbox rules).
+CLUSTERS_AND_TEAMS = tuple(
+    {"cluster": cluster, **team} for cluster in ("east", "west") for team in TEAMS
+)
+_LABEL_PAIR = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_BARE_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def with_labels(series: str, place: Mapping[str, str]) -> str:
+    """'name{a="b"}' with the labels of `place` set (replacing any of the same name)."""
+    name, labels = _split(series)
+    pairs = {**dict(_LABEL_PAIR.findall(labels)), **place}
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
+
+
+def alert_in(alert: dict[str, Any], place: Mapping[str, str]) -> dict[str, Any]:
+    """An expected alert as it fires in `place`: its labels, and its description naming the
+    namespace after the job (as every description does)."""
+    labels = {**alert["exp_labels"], **place}
+    annotations = dict(alert.get("exp_annotations", {}))
+    if "description" in annotations:
+        job = re.escape(str(labels["job"]))
+        described, found = re.subn(
+            rf"(job {job})(, namespace [^)]*)?\)",
+            rf"\1, namespace {place['namespace']})",
+            annotations["description"],
+        )
+        assert found == 1, f"the description names job {labels['job']} once: {described}"
+        annotations["description"] = described
+    return {**alert, "exp_labels": labels, "exp_annotations": annotations}
+
+
+def in_every_place(
+    document: dict[str, Any], places: tuple[Mapping[str, str], ...], rule_files: list[str]
+) -> dict[str, Any]:
+    """A promtool test file whose every input series is served in each place (the same
+    job, instance and model in each), each expected alert and record once per place.
+
+    An alert without a job (absent(): nothing scraped anywhere) stays one alert; a
+    promql_expr_test of anything but one record's name (an aggregate) is left out: the
+    file itself runs it on one place.
+    """
+    groups = []
+    for group in document["tests"]:
+        out = {
+            **group,
+            "name": f"{group['name']} (in {len(places)} places)",
+            "input_series": [
+                {**series, "series": with_labels(series["series"], place)}
+                for series in group["input_series"]
+                for place in places
+            ],
+        }
+        out["alert_rule_test"] = [
+            {
+                **case,
+                "exp_alerts": [
+                    alert_in(alert, place) if "job" in alert["exp_labels"] else alert
+                    for alert in case.get("exp_alerts") or []
+                    for place in (places if "job" in alert["exp_labels"] else places[:1])
+                ],
+            }
+            for case in group.get("alert_rule_test", [])
+        ]
+        out["promql_expr_test"] = [
+            {
+                **case,
+                "exp_samples": [
+                    {**sample, "labels": with_labels(sample["labels"], place)}
+                    for sample in case.get("exp_samples") or []
+                    for place in places
+                ],
+            }
+            for case in group.get("promql_expr_test", [])
+            if _BARE_NAME.fullmatch(case["expr"].strip())
+        ]
+        groups.append(out)
+    return {**document, "rule_files": rule_files, "tests": groups}
+
+
+def run_in_every_place(
+    path: Path, places: tuple[Mapping[str, str], ...], rule_files: list[str], tmp_path: Path
+) -> None:
+    document = in_every_place(yaml.safe_load(path.read_text()), places, rule_files)
+    expected = sum(
+        len(case.get("exp_alerts", [])) + len(case.get("exp_samples", []))
+        for group in document["tests"]
+        for case in [*group["alert_rule_test"], *group["promql_expr_test"]]
+    )
+    assert expected, f"{path.name}: nothing is expected in any place"
+    test_file = tmp_path / path.name
+    test_file.write_text(yaml.safe_dump(document, sort_keys=False))
+    result = promtool("test", "rules", str(test_file))
+    assert result.returncode == 0, f"{path.name} in {places}:\n{result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("path", UNIT_TEST_FILES, ids=lambda p: p.name)
+def test_every_promtool_test_holds_in_two_namespaces_serving_the_same_model_under_one_job(
+    path: Path, tmp_path: Path
+) -> None:
+    """Every record comes out once per namespace, every alert names its namespace: a rule
+    that aggregated `namespace` away would give one series of both teams' sums."""
+    run_in_every_place(path, TEAMS, [str(p) for p in RULE_FILES], tmp_path)
+
+
+@pytest.mark.parametrize("path", UNIT_TEST_FILES, ids=lambda p: p.name)
+def test_rules_with_a_cluster_label_keep_both_clusters_and_both_namespaces_apart(
+    path: Path, tmp_path: Path
+) -> None:
+    generated = tmp_path / "rules"
+    assert rules_cli(["--aggregation-labels", "cluster", "--out", str(generated)]) == 0
+    files = [str(generated / p.name) for p in RULE_FILES]
+    run_in_every_place(path, CLUSTERS_AND_TEAMS, files, tmp_path)
+
+
+def rules_cli(args: list[str]) -> int:
+    return rules.main([*args, *map(str, RULE_FILES)])
+
+
+def groupings(expr: str) -> list[tuple[str, list[str]]]:
+    """Every `by (...)` of an aggregation and `on (...)` of a vector match, with its
+    labels, from promql_parser's tree."""
+    found: list[tuple[str, list[str]]] = []
+
+    def visit(node: object) -> bool:
+        if isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
+            assert node.modifier.type == promql_parser.AggModifierType.By, expr
+            found.append(("by", list(node.modifier.labels)))
+        if isinstance(node, promql_parser.BinaryExpr) and node.modifier is not None:
+            matching = node.modifier.matching
+            if matching is not None:
+                assert matching.type == promql_parser.LabelModifierType.Include, expr
+                found.append(("on", list(matching.labels)))
+        return True
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return found
+
+
+def test_every_aggregation_and_match_of_the_rules_keeps_namespace() -> None:
+    counted = 0
+    for name, expr in rule_expressions():
+        for kind, labels in groupings(expr):
+            assert "namespace" in labels, f"{name}: {kind} ({', '.join(labels)}) drops namespace"
+            counted += 1
+    assert counted > 60
+
+
+def test_glassbox_rules_puts_the_labels_first_in_every_by_and_on(tmp_path: Path) -> None:
+    assert rules_cli(["--aggregation-labels", "cluster, region", "--out", str(tmp_path)]) == 0
+    for path in RULE_FILES:
+        source = _rules(path)
+        generated = _rules(tmp_path / path.name)
+        assert [r.get("record") or r["alert"] for r in generated] == [
+            r.get("record") or r["alert"] for r in source
+        ]
+        for mine, theirs in zip(generated, source, strict=True):
+            assert {k: v for k, v in mine.items() if k != "expr"} == {
+                k: v for k, v in theirs.items() if k != "expr"
+            }
+            want = [(k, ["cluster", "region", *labels]) for k, labels in groupings(theirs["expr"])]
+            assert groupings(mine["expr"]) == want
+    result = promtool("check", "rules", *map(str, sorted(tmp_path.glob("*.yaml"))))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        ("job", "'job': the rules keep it already"),
+        ("cluster,cluster", "'cluster' is given twice"),
+        ("k8s-cluster", "'k8s-cluster' is not a label name"),
+        ("", "'' is not a label name"),
+    ],
+)
+def test_glassbox_rules_refuses_labels_it_cannot_add(
+    labels: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        rules_cli(["--aggregation-labels", labels, "--out", str(tmp_path)])
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -26,21 +26,25 @@ pytestmark = pytest.mark.vllm
 # (5 minutes for the rules, the exporter's 60 s), so they must agree. Rates per second
 # would not: the windows differ in length.
 SAME_RATIOS = {
-    "job_model_name:vllm_time_per_output_token_seconds:rate5m": (
+    "namespace_job_model_name:vllm_time_per_output_token_seconds:rate5m": (
         "glassbox_time_per_output_token_seconds"
     ),
-    "job_model_name:vllm_inter_token_latency_seconds:rate5m": (
+    "namespace_job_model_name:vllm_inter_token_latency_seconds:rate5m": (
         "glassbox_inter_token_latency_seconds"
     ),
-    "job_model_name:vllm_tokens_per_forward_pass:rate5m": "glassbox_tokens_per_forward_pass",
-    "job_model_name:vllm_tokens_per_engine_step:rate5m": "glassbox_tokens_per_engine_step",
-    "job_model_name:vllm_spec_decode_acceptance_ratio:rate5m": (
+    "namespace_job_model_name:vllm_tokens_per_forward_pass:rate5m": (
+        "glassbox_tokens_per_forward_pass"
+    ),
+    "namespace_job_model_name:vllm_tokens_per_engine_step:rate5m": (
+        "glassbox_tokens_per_engine_step"
+    ),
+    "namespace_job_model_name:vllm_spec_decode_acceptance_ratio:rate5m": (
         "glassbox_spec_decode_acceptance_ratio"
     ),
-    "job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m": (
+    "namespace_job_model_name:vllm_spec_decode_mean_acceptance_length:rate5m": (
         "glassbox_spec_decode_mean_acceptance_length"
     ),
-    "job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m": (
+    "namespace_job_model_name:vllm_spec_decode_draft_coverage_ratio:rate5m": (
         "glassbox_spec_decode_draft_coverage_ratio"
     ),
 }
@@ -103,7 +107,7 @@ def test_acceptance_by_position_rule_equals_the_exporter(stack: RealStack) -> No
         return {r["metric"]["position"]: float(r["value"][1]) for r in stack.query(expr, at=at)}
 
     from_rule = by_position(
-        f"job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m{{{model}}}"
+        f"namespace_job_model_name_position:vllm_spec_decode_acceptance_ratio:rate5m{{{model}}}"
     )
     from_exporter = by_position(f"glassbox_spec_decode_position_acceptance_ratio{{{model}}}")
     assert sorted(from_rule) == ["0", "1", "2", "3", "4"]  # num_speculative_tokens 5
@@ -133,7 +137,8 @@ def test_glassbox_series_named_by_the_rules_are_scraped_from_the_real_exporter(
 
 def test_flood_preemptions_are_recorded_and_the_spec_phase_had_none(stack: RealStack) -> None:
     t = stack.times
-    rule = f'job_model_name:vllm_num_preemptions:rate5m{{model_name="{stack.served_model_name}"}}'
+    model = f'model_name="{stack.served_model_name}"'
+    rule = f"namespace_job_model_name:vllm_num_preemptions:rate5m{{{model}}}"
     assert one_value(stack, rule, t["flood_start"]) == 0.0
     end = t["flood_end"] + 2
     preempted = one_value(stack, "sum(vllm:num_preemptions_total)", end)

@@ -1,0 +1,347 @@
+"""What the rules and the dashboards cost a Prometheus at fleet size, in one run per size.
+
+    flock /work/heavy.lock .venv/bin/python benchmarks/bench_fleet.py
+    .venv/bin/python benchmarks/bench_fleet.py --pods 100,300,1000 --engines 1,8 --warmup 330
+
+For each size, a fleet simulator (tests/fleet.py: one process, one loopback port, two
+pages per pod — vLLM's, a real vLLM 0.32 capture whose counters move as under load, and
+the exporter's, the real exporter's exposition of such pages) is scraped by Debian's
+Prometheus loading alerts/*.yaml, every SCRAPE interval, rules every EVALUATION
+interval. After a warm-up (by default until the rules' 5-minute windows are full), it
+prints:
+
+  series      per pod: vLLM's and the exporter's; the recording rules' series in all;
+              Prometheus' head series
+  memory      Prometheus' resident memory (process_resident_memory_bytes), and its Go heap
+  scrape      scrape_duration_seconds per job: median and max over the targets, sampled
+  rules       prometheus_rule_group_last_duration_seconds per group, sampled every few
+              seconds over the measuring period: median and max, and the max as a share
+              of the group's interval (the target: under a tenth)
+  dashboards  every query of every dashboard (panels, annotations, variables) as Grafana
+              sends it with every variable on "All", over the range that holds data,
+              REPEATS times each: median and max per query; the slowest named
+
+The machine is what it is (often shared and busy): the load average before and after is
+printed with the numbers, and every number is given with its spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from vllm_glassbox.dashboards import catalog  # noqa: E402
+from vllm_glassbox.dashboards.grafana import (  # noqa: E402
+    panels_of,
+    substitute,
+    time_range,
+)
+from vllm_glassbox.lab.prometheus_process import PrometheusProcess  # noqa: E402
+from vllm_glassbox.prometheus import Prometheus  # noqa: E402
+
+from tests.fleet import EXPORTER_JOB, VLLM_JOB, Fleet, plan_pods, serve  # noqa: E402
+
+RULE_FILES = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml"))
+
+
+@dataclass
+class Spread:
+    values: list[float] = field(default_factory=list)
+
+    def add(self, value: float) -> None:
+        self.values.append(value)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else float("nan")
+
+    @property
+    def max(self) -> float:
+        return max(self.values) if self.values else float("nan")
+
+    def ms(self) -> str:
+        return f"{self.median * 1000:.1f} ms (max {self.max * 1000:.1f})"
+
+
+@dataclass
+class Result:
+    pods: int
+    engines: int
+    series_per_pod: dict[str, float] = field(default_factory=dict)
+    recorded_series: int = 0
+    head_series: int = 0
+    rss: Spread = field(default_factory=Spread)
+    heap: Spread = field(default_factory=Spread)
+    scrape: dict[str, Spread] = field(default_factory=dict)
+    scrape_max: dict[str, Spread] = field(default_factory=dict)
+    rule_groups: dict[str, Spread] = field(default_factory=dict)
+    group_interval: dict[str, float] = field(default_factory=dict)
+    group_evaluated: dict[str, float] = field(default_factory=dict)
+    queries: dict[str, Spread] = field(default_factory=dict)
+    load: tuple[float, float] = (0.0, 0.0)
+    # Cores used over the measuring period: Prometheus' own, the simulator's (this process).
+    prometheus_cores: float = 0.0
+    simulator_cores: float = 0.0
+
+
+def own_metrics(url: str) -> dict[str, list[tuple[str, float]]]:
+    """Prometheus' own /metrics: name -> [(labels, value)] (a plain split: its own page)."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, _, value = line.rpartition(" ")
+        name, _, labels = series.partition("{")
+        out.setdefault(name, []).append((labels.rstrip("}"), float(value)))
+    return out
+
+
+def _label(labels: str, key: str) -> str:
+    for part in labels.split('",'):
+        k, _, v = part.partition('="')
+        if k.strip() == key:
+            return v.rstrip('"')
+    return ""
+
+
+def dashboard_queries() -> Iterator[tuple[str, str, str]]:
+    """(where, kind, expr) of every query the dashboards send: panels' targets
+    ("range" or "instant"), annotations ("range"), variables ("label_values")."""
+    for board in (catalog.as_json(d) for d in catalog.dashboards()):
+        uid = board["uid"]
+        for panel in panels_of(board):
+            for target in panel.get("targets", []):
+                kind = "instant" if target.get("instant") else "range"
+                yield f"{uid} / {panel['title']} / {target['refId']}", kind, target["expr"]
+        for annotation in board["annotations"]["list"]:
+            if "expr" in annotation:
+                yield f"{uid} / annotation {annotation['name']}", "range", annotation["expr"]
+        for variable in board["templating"]["list"]:
+            if variable.get("type") != "datasource":
+                yield f"{uid} / variable {variable['name']}", "label_values", variable["query"]
+
+
+def run_query(
+    client: Prometheus, http: httpx.Client, kind: str, expr: str, start: float, end: float
+) -> float:
+    """Seconds Prometheus took to answer (wall, over loopback)."""
+    names = ["datasource", "cluster", "namespace", "job", "pod", "model_name", "engine"]
+    span = time_range(start, end, SCRAPE_SECONDS)
+    expr = substitute(expr, names, span)
+    began = time.perf_counter()
+    if kind == "range":
+        client.query_range(expr, span.start, span.end, span.step)
+    elif kind == "instant":
+        client.query(expr, span.end)
+    else:  # label_values(selector, label), as Grafana asks the label values API
+        selector, _, label = expr.removeprefix("label_values(").removesuffix(")").rpartition(",")
+        r = http.get(
+            f"/api/v1/label/{label.strip()}/values",
+            params={"match[]": selector, "start": span.start, "end": span.end},
+        )
+        r.raise_for_status()
+    return time.perf_counter() - began
+
+
+SCRAPE_SECONDS = 15.0
+
+
+def measure(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Result:
+    result = Result(pods, engines)
+    plan = plan_pods(pods, namespaces=max(2, pods // 10), models=4)
+    fleet = Fleet(plan, engines)
+    scrape = f"{SCRAPE_SECONDS:g}s"
+    with serve(fleet, args.port) as serving:
+        config = {
+            "global": {
+                "scrape_interval": scrape,
+                "scrape_timeout": "10s",
+                "evaluation_interval": args.evaluation_interval,
+            },
+            "rule_files": RULE_FILES,
+            "scrape_configs": serving.scrape_configs(scrape, "10s"),
+        }
+        with (
+            PrometheusProcess(work, config, port=args.port + 1) as prometheus,
+            Prometheus(prometheus.url, timeout_seconds=120) as client,
+            httpx.Client(base_url=prometheus.url, timeout=120) as http,
+        ):
+            result.load = (os.getloadavg()[0], 0.0)
+            deadline = time.monotonic() + 600
+            while True:
+                up = client.query("count(up == 1)")
+                if up and int(float(up[0]["value"][1])) >= 2 * pods:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"not every target was scraped: {up}")
+                time.sleep(2)
+            first = time.time()
+            print(
+                f"  {pods} pods × {engines} engines: every target up; warming up {args.warmup:g} s",
+                file=sys.stderr,
+            )
+            time.sleep(args.warmup)
+            began, cpu_began = time.time(), time.process_time()
+            prometheus_cpu = own_metrics(prometheus.url)["process_cpu_seconds_total"][0][1]
+            end = began + args.measure
+            while time.time() < end:
+                sample_prometheus(prometheus.url, client, result)
+                time.sleep(5)
+            spent = time.time() - began
+            result.simulator_cores = (time.process_time() - cpu_began) / spent
+            prometheus_cpu = (
+                own_metrics(prometheus.url)["process_cpu_seconds_total"][0][1] - prometheus_cpu
+            )
+            result.prometheus_cores = prometheus_cpu / spent
+            count_series(client, result, pods)
+            now = time.time()
+            for where, kind, expr in dashboard_queries():
+                spread = result.queries.setdefault(where, Spread())
+                for _ in range(args.repeats):
+                    spread.add(run_query(client, http, kind, expr, first, now))
+            result.load = (result.load[0], os.getloadavg()[0])
+    return result
+
+
+def sample_prometheus(url: str, client: Prometheus, result: Result) -> None:
+    metrics = own_metrics(url)
+    evaluated = {
+        _label(labels, "rule_group").rpartition(";")[2]: value
+        for labels, value in metrics.get(
+            "prometheus_rule_group_last_evaluation_timestamp_seconds", []
+        )
+    }
+    for labels, value in metrics.get("prometheus_rule_group_last_duration_seconds", []):
+        group = _label(labels, "rule_group").rpartition(";")[2]
+        if evaluated.get(group) != result.group_evaluated.get(group):  # a new evaluation
+            result.group_evaluated[group] = evaluated.get(group, 0.0)
+            result.rule_groups.setdefault(group, Spread()).add(value)
+    for labels, value in metrics.get("prometheus_rule_group_interval_seconds", []):
+        result.group_interval[_label(labels, "rule_group").rpartition(";")[2]] = value
+    result.rss.add(metrics["process_resident_memory_bytes"][0][1])
+    result.heap.add(metrics["go_memstats_heap_inuse_bytes"][0][1])
+    result.head_series = int(metrics["prometheus_tsdb_head_series"][0][1])
+    for job in (VLLM_JOB, EXPORTER_JOB):
+        median = client.query(f'quantile(0.5, scrape_duration_seconds{{job="{job}"}})')
+        worst = client.query(f'max(scrape_duration_seconds{{job="{job}"}})')
+        if median and worst:
+            result.scrape.setdefault(job, Spread()).add(float(median[0]["value"][1]))
+            result.scrape_max.setdefault(job, Spread()).add(float(worst[0]["value"][1]))
+
+
+def count_series(client: Prometheus, result: Result, pods: int) -> None:
+    def count(expr: str) -> int:
+        answer = client.query(f"count({expr})")
+        return int(float(answer[0]["value"][1])) if answer else 0
+
+    for job in (VLLM_JOB, EXPORTER_JOB):
+        result.series_per_pod[job] = count(f'{{job="{job}"}}') / pods
+    result.recorded_series = count('{__name__=~".+:.+:.+"}')  # level:metric:operations
+
+
+def report(r: Result) -> None:
+    print(
+        f"\n## {r.pods} pods × {r.engines} engine(s)   (load average {r.load[0]:.1f} "
+        f"before, {r.load[1]:.1f} after)"
+    )
+    vllm, exporter = r.series_per_pod[VLLM_JOB], r.series_per_pod[EXPORTER_JOB]
+    print(
+        f"series per pod: vLLM {vllm:.0f}, exporter {exporter:.0f}; recording rules "
+        f"{r.recorded_series} in all; head series {r.head_series:,}"
+    )
+    print(
+        f"Prometheus RSS {r.rss.median / 2**20:,.0f} MiB (max {r.rss.max / 2**20:,.0f}), "
+        f"Go heap in use {r.heap.median / 2**20:,.0f} MiB"
+    )
+    print(
+        f"cores used while measuring: Prometheus {r.prometheus_cores:.2f}, the simulator "
+        f"(and this script) {r.simulator_cores:.2f}"
+    )
+    for job in r.scrape:
+        print(
+            f"scrape {job}: median target {r.scrape[job].ms()}, slowest target "
+            f"{r.scrape_max[job].ms()}"
+        )
+    print("rule group             last duration: median (max)     max / interval")
+    for group, spread in sorted(r.rule_groups.items()):
+        interval = r.group_interval.get(group, float("nan"))
+        print(f"  {group:<28} {spread.ms():<28} {spread.max / interval:6.1%} of {interval:g}s")
+    medians = sorted(s.median for s in r.queries.values())
+    worst = sorted(r.queries.items(), key=lambda kv: kv[1].max, reverse=True)
+    print(
+        f"dashboard queries: {len(r.queries)}, median of medians "
+        f"{statistics.median(medians) * 1000:.1f} ms, p95 "
+        f"{medians[int(0.95 * (len(medians) - 1))] * 1000:.1f} ms, slowest:"
+    )
+    for where, spread in worst[:5]:
+        print(f"  {spread.ms():<28} {where}")
+    over = [w for w, s in r.queries.items() if s.max >= 2.0]
+    print(f"queries at or over 2 s (max of repeats): {len(over)}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pods", default="100,300,1000", help="comma-separated sizes")
+    parser.add_argument("--engines", default="1", help="data-parallel engines per pod, e.g. 1,8")
+    parser.add_argument("--evaluation-interval", default="30s")
+    parser.add_argument(
+        "--warmup", type=float, default=330.0, help="seconds before measuring (5 m windows)"
+    )
+    parser.add_argument("--measure", type=float, default=150.0, help="seconds of sampling")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each dashboard query")
+    parser.add_argument("--port", type=int, default=18300, help="the fleet's; Prometheus +1")
+    args = parser.parse_args(argv)
+    sizes = [int(n) for n in args.pods.split(",")]
+    engine_counts = [int(n) for n in args.engines.split(",")]
+    print(
+        f"# fleet benchmark: scrape every {SCRAPE_SECONDS:g}s, rules every "
+        f"{args.evaluation_interval}, warm-up {args.warmup:g}s, {os.cpu_count()} CPUs"
+    )
+    results = []
+    for engines in engine_counts:
+        for pods in sizes:
+            with tempfile.TemporaryDirectory(prefix="bench-fleet-") as work:
+                results.append(measure(args, pods, engines, Path(work)))
+            report(results[-1])
+            sys.stdout.flush()
+    curve(results)
+    return 0
+
+
+def curve(results: list[Result]) -> None:
+    """One line per size: what N pods cost."""
+    print("\n## The curve\n")
+    print(
+        "| pods × engines | series/pod (vLLM + exporter) | head series | RSS MiB "
+        "| slowest rule group, max / interval | dashboard queries p50 / p95 / max |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        per_pod = r.series_per_pod[VLLM_JOB] + r.series_per_pod[EXPORTER_JOB]
+        group, spread = max(r.rule_groups.items(), key=lambda kv: kv[1].max)
+        share = spread.max / r.group_interval.get(group, float("nan"))
+        medians = sorted(s.median for s in r.queries.values())
+        worst = max(s.max for s in r.queries.values())
+        print(
+            f"| {r.pods} × {r.engines} | {per_pod:,.0f} | {r.head_series:,} "
+            f"| {r.rss.median / 2**20:,.0f} (max {r.rss.max / 2**20:,.0f}) "
+            f"| {group} {spread.max * 1000:,.0f} ms, {share:.1%} "
+            f"| {medians[len(medians) // 2] * 1000:,.0f} / "
+            f"{medians[int(0.95 * (len(medians) - 1))] * 1000:,.0f} / {worst * 1000:,.0f} ms |"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
