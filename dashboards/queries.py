@@ -220,6 +220,7 @@ GLASSBOX_ALERTS = (
     "VLLMStartupSlow",
     "GlassboxTargetDown",
     "GlassboxExporterAbsent",
+    "GlassboxInputUnrecognised",
 )
 FIRING_ALERTS = (
     "count by (cluster, namespace, alertname) "
