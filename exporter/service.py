@@ -13,14 +13,16 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from vllm_glassbox import __version__
+from vllm_glassbox.build import this_build
+from vllm_glassbox.exporter.endpoints import landing_page, metrics_answer
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.exposition import PollState, build_families
 from vllm_glassbox.exporter.fetch import DEFAULT_MAX_BYTES, Fetcher, TargetCredentials
@@ -28,7 +30,7 @@ from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
 from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.kv_trend import UsedTokensTrend, used_tokens
 from vllm_glassbox.exporter.layout import ParallelLayout, resolve_layout
-from vllm_glassbox.exporter.server import MetricsServer
+from vllm_glassbox.exporter.server import Answer, MetricsServer
 from vllm_glassbox.exporter.snapshot import Snapshot, read_snapshot
 from vllm_glassbox.exporter.startup_log import LogFollower, StartupFacts
 from vllm_glassbox.exporter.textformat import Limits
@@ -97,6 +99,8 @@ class Poller:
         self.vllm_version: str | None = None
         self.last_success_unix: float | None = None
         self._failing: str | None = None  # reason of the failure in progress
+        self.up: bool | None = None  # the latest poll's outcome; None before the first
+        self.failing: str | None = None  # what the latest failed poll said
         self._slow = False  # whether the latest poll answered after the interval
         self._stopping = False
         self._published: list[Metric] = []
@@ -136,6 +140,7 @@ class Poller:
             target = self.config.target
             log.log(level, "poll failed target=%s reason=%s err=%s", target, e.reason, e)
             self._failing = e.reason
+            self.failing = f"{e.reason}: {e}"
         if snapshot is not None and self._failing is not None:
             log.info("poll succeeded again target=%s", self.config.target)
             self._failing = None
@@ -158,8 +163,9 @@ class Poller:
         duration = self.clock() - started
         if snapshot is not None:
             self._note_lateness(duration)
-        self._publish(up=snapshot is not None, duration=duration, snapshot=snapshot)
-        return snapshot is not None
+        self.up = snapshot is not None
+        self._publish(up=self.up, duration=duration, snapshot=snapshot)
+        return self.up
 
     def _note_lateness(self, seconds: float) -> None:
         """A poll that answered after the interval is `slow`: vLLM is busy, not down. Its
@@ -213,7 +219,7 @@ class Poller:
             polled_at=self.polled_at,
             used_tokens_growth=self.used_tokens.growth() if up else {},
             vllm_version=self.vllm_version,
-            build_version=__version__,
+            build=this_build(),
             layout=self.layout(),
         )
         # One reference swap: a scrape sees the previous publication or this one, whole.
@@ -229,6 +235,7 @@ class Poller:
             except Exception:  # a bug must not kill the sidecar; it shows as target_up 0
                 log.exception("unexpected error while polling")
                 self.errors["internal"] += 1
+                self.up, self.failing = False, "internal: an unexpected error (see the log)"
                 self._publish(up=False, duration=0.0, snapshot=None)
 
 
@@ -252,11 +259,6 @@ def make_registry(poller: Poller) -> CollectorRegistry:
     return registry
 
 
-_LANDING = b"""<html><head><title>glassbox exporter</title></head><body>
-<h1>vllm-glassbox exporter</h1><p><a href="/metrics">/metrics</a> &middot;
-<a href="/healthz">/healthz</a></p></body></html>"""
-
-
 def make_server(
     poller: Poller, host: str, port: int, web: WebConfigSource | None = None
 ) -> MetricsServer:
@@ -265,15 +267,22 @@ def make_server(
     if web is not None:
         registry.register(web)  # whether the last change of the web config loaded
 
-    def route(path: str) -> tuple[int, bytes, str]:
+    def route(path: str, headers: Mapping[str, str]) -> Answer:
         if path == "/metrics":
-            return 200, generate_latest(registry), "text/plain; version=0.0.4; charset=utf-8"
+            return metrics_answer(registry, headers)
         if path == "/healthz":
             # Liveness of the sidecar only: vLLM being down must not restart us.
-            return 200, b"ok\n", "text/plain"
+            return Answer(200, b"ok\n", "text/plain")
         if path == "/":
-            return 200, _LANDING, "text/html"
-        return 404, b"not found\n", "text/plain"
+            page = landing_page(
+                this_build(),
+                poller.config.target,
+                poller.up,
+                poller.failing,
+                poller.last_success_unix,
+            )
+            return Answer(200, page, "text/html; charset=utf-8")
+        return Answer(404, b"not found\n", "text/plain")
 
     return MetricsServer(host, port, route, web, server_name=f"glassbox/{__version__}")
 

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import fetch_once
+from vllm_glassbox.helptext import examples
+from vllm_glassbox.units import base_url_problems
 
 
 def exporter_problem(text: str) -> str | None:
@@ -54,7 +56,13 @@ def check_vllm(url: str, timeout: float) -> str | None:
 
 def main(argv: Sequence[str], prog: str = "glassbox probe") -> int:
     parser = argparse.ArgumentParser(
-        prog=prog, description="Check that glassbox exporters are up and read their vLLM."
+        prog=prog,
+        description="Check that glassbox exporters are up and read their vLLM; exit 0 when "
+        "every check passes, 1 otherwise.",
+        **examples(
+            "glassbox probe --exporter http://127.0.0.1:9400",
+            "glassbox probe --exporter http://llm-glassbox:9400 --vllm http://llm-vllm:8000",
+        ),
     )
     parser.add_argument(
         "--exporter", action="append", default=[], metavar="URL", help="an exporter's base URL"
@@ -66,6 +74,16 @@ def main(argv: Sequence[str], prog: str = "glassbox probe") -> int:
     args = parser.parse_args(list(argv))
     if not args.exporter and not args.vllm:
         parser.error("give at least one --exporter or --vllm")
+    problems = [
+        f"--{flag}: {problem}"
+        for flag, urls in (("exporter", args.exporter), ("vllm", args.vllm))
+        for url in urls
+        for problem in base_url_problems(url)
+    ]
+    if not 0 < args.timeout < float("inf"):
+        problems.append(f"--timeout: must be a positive number of seconds: {args.timeout}")
+    if problems:
+        parser.error("invalid flags:\n" + "\n".join(problems))
     checks = [(f"exporter {u}", check_exporter, u) for u in args.exporter]
     checks += [(f"vllm {u}", check_vllm, u) for u in args.vllm]
     failed = 0
