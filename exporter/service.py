@@ -31,7 +31,7 @@ from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.kv_trend import UsedTokensTrend, used_tokens
 from vllm_glassbox.exporter.layout import ParallelLayout, resolve_layout
 from vllm_glassbox.exporter.server import Answer, MetricsServer
-from vllm_glassbox.exporter.snapshot import Snapshot, read_snapshot
+from vllm_glassbox.exporter.snapshot import FILTERED_PAGE_PATH, Snapshot, read_snapshot
 from vllm_glassbox.exporter.startup_log import LogFollower, StartupFacts
 from vllm_glassbox.exporter.textformat import Limits
 from vllm_glassbox.exporter.webconfig import WebConfigSource
@@ -96,6 +96,8 @@ class Poller:
             # Read once at startup; a bad directory is a startup error, named by the CLI.
             self.checkpoint = read_checkpoint(Path(config.model_dir))
         self.engines: int | None = None  # on the latest good page
+        # Whether vLLM serves the page of the samples glassbox reads; None: not known yet.
+        self.filtered_page: bool | None = None
         self.vllm_version: str | None = None
         self.last_success_unix: float | None = None
         self._failing: str | None = None  # reason of the failure in progress
@@ -130,7 +132,7 @@ class Poller:
         deadline = time.monotonic() + self.config.timeout_seconds  # one per poll, all fetches
         snapshot: Snapshot | None = None
         try:
-            snapshot = read_snapshot(self.fetcher.get_text("/metrics"), self.limits)
+            snapshot = self._read_page(deadline)
         except ScrapeError as e:
             if self._stopping:  # cut by stop(): not vLLM's failure
                 return False
@@ -166,6 +168,37 @@ class Poller:
         self.up = snapshot is not None
         self._publish(up=self.up, duration=duration, snapshot=snapshot)
         return self.up
+
+    def _read_page(self, deadline: float) -> Snapshot:
+        """vLLM's page, asked for only the samples glassbox reads where vLLM serves them
+        (FILTERED_PAGE_PATH), else the whole /metrics. Which one is decided by the first
+        poll at which the whole page reads with engines on it: a filtered page without
+        engines there (an older prometheus_client in multiprocess mode), or an HTTP error
+        or no exposition text on its path (a proxy passing /metrics only), means the
+        whole page from then on."""
+        snapshot: Snapshot | None = None
+        if self.filtered_page is not False:
+            try:
+                text = self.fetcher.get_text(FILTERED_PAGE_PATH, deadline - time.monotonic())
+                snapshot = read_snapshot(text, self.limits)
+            except ScrapeError as e:
+                if e.reason not in ("http_status", "parse"):
+                    raise  # vLLM slow or gone: nothing to learn about the path
+                self.filtered_page = None  # (again) to be decided by the whole page
+            if snapshot is not None and snapshot.engines:
+                self.filtered_page = True
+                return snapshot
+        snapshot = read_snapshot(
+            self.fetcher.get_text("/metrics", deadline - time.monotonic()), self.limits
+        )
+        if self.filtered_page is None and snapshot.engines:
+            self.filtered_page = False
+            log.info(
+                "reading the whole page target=%s (%s gives no engines' samples)",
+                self.config.target,
+                FILTERED_PAGE_PATH.split("?")[0],
+            )
+        return snapshot
 
     def _note_lateness(self, seconds: float) -> None:
         """A poll that answered after the interval is `slow`: vLLM is busy, not down. Its

@@ -285,7 +285,7 @@ class _Recording(Fetcher):
 
     def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
         text = super().get_text(path, timeout_seconds)
-        if path == "/metrics":
+        if path.startswith("/metrics"):  # the whole page, or the filtered one
             self.last_page = text
         return text
 
