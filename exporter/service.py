@@ -172,9 +172,9 @@ class Poller:
     def _read_page(self, deadline: float) -> Snapshot:
         """vLLM's page, asked for only the samples glassbox reads where vLLM serves them
         (FILTERED_PAGE_PATH), else the whole /metrics. Which one is decided by the first
-        poll at which the whole page reads with engines on it: a filtered page without
-        engines there (an older prometheus_client in multiprocess mode), or an HTTP error
-        or no exposition text on its path (a proxy passing /metrics only), means the
+        poll at which one of them reads: a filtered page without vLLM's samples (an older
+        prometheus_client in multiprocess mode), an HTTP error or no exposition text on
+        its path (a proxy passing /metrics only), while the whole page reads, means the
         whole page from then on."""
         snapshot: Snapshot | None = None
         if self.filtered_page is not False:
@@ -182,16 +182,16 @@ class Poller:
                 text = self.fetcher.get_text(FILTERED_PAGE_PATH, deadline - time.monotonic())
                 snapshot = read_snapshot(text, self.limits)
             except ScrapeError as e:
-                if e.reason not in ("http_status", "parse"):
+                if e.reason not in ("http_status", "parse", "no_vllm_metrics"):
                     raise  # vLLM slow or gone: nothing to learn about the path
                 self.filtered_page = None  # (again) to be decided by the whole page
-            if snapshot is not None and snapshot.engines:
+            if snapshot is not None:
                 self.filtered_page = True
                 return snapshot
         snapshot = read_snapshot(
             self.fetcher.get_text("/metrics", deadline - time.monotonic()), self.limits
         )
-        if self.filtered_page is None and snapshot.engines:
+        if self.filtered_page is None:
             self.filtered_page = False
             log.info(
                 "reading the whole page target=%s (%s gives no engines' samples)",
