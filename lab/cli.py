@@ -265,7 +265,8 @@ def check(args: argparse.Namespace, prog: str) -> int:
         )
     for phase in plan.phases:
         print(f"  {phase.name} ({phase.kind}): {phase.describe()}")
-    print(f"  {plan.server_starts} server start(s)")
+    # A phase whose first server has the args of the one before keeps it: one fewer.
+    print(f"  at most {plan.server_starts} server start(s)")
     return EXIT_OK
 
 
