@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import multiprocessing
+import re
 import statistics
 import sys
 import time
@@ -32,6 +33,7 @@ from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.queues import SimpleQueue
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import httpx
 from prometheus_client import generate_latest
@@ -55,21 +57,41 @@ SOAK_CYCLE = [
 VERSION = b'{"version": "0.32.0"}'
 
 
+def restricted(page: bytes, names: set[str]) -> bytes:
+    """The page as prometheus_client renders it for `name[]=…`: the samples of those
+    names, with the HELP and TYPE lines of their families."""
+    lines = page.decode().splitlines(keepends=True)
+    kept = [ln for ln in lines if not ln.startswith("#") and re.split(r"[{ ]", ln)[0] in names]
+    families = {ln.split(" ")[2] for ln in lines if ln.startswith("# TYPE ")} & {
+        n.removesuffix(s) for n in names for s in ("", "_total", "_count", "_sum")
+    }
+    head = [ln for ln in lines if ln.startswith("#") and ln.split(" ")[2] in families]
+    return "".join(head + kept).encode()
+
+
 def _serve(pages: dict[str, list[bytes]], port_out: SimpleQueue[int]) -> None:
-    """Child process: GET /<name>/metrics answers the next page of `name` (cycling)."""
-    turn = dict.fromkeys(pages, 0)
+    """Child process: GET /<name>/metrics answers the next page of `name` (cycling), and
+    /<name>/metrics/?name[]=… that page restricted, as vLLM does (for `name` not ending
+    in `-whole`: those stand for a server without the filtered page, 404)."""
+    turn = dict.fromkeys([*pages, *(f"{n}-whole" for n in pages)], 0)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
-            name, _, leaf = self.path.strip("/").rpartition("/")
+            path, _, query = self.path.partition("?")
+            name, _, leaf = path.lstrip("/").partition("/")
             if leaf == "version":
                 body = VERSION
+            elif leaf == "metrics/" and name.endswith("-whole"):
+                self.send_error(404)
+                return
             else:
-                cycle = pages[name]
+                cycle = pages[name.removesuffix("-whole")]
                 body = cycle[turn[name] % len(cycle)]
                 turn[name] += 1
+                if query:
+                    body = restricted(body, set(parse_qs(query).get("name[]", [])))
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -135,25 +157,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"python {sys.version.split()[0]}, {multiprocessing.cpu_count()} CPUs")
         print(
             f"{'page':<10} {'bytes':>8} {'series':>7} {'glassbox':>10} {'naive':>10} {'ratio':>6}"
+            f" {'as deployed':>12} {'ratio':>6}"
         )
         client = httpx.Client(trust_env=False)
         for name in ("one", "eight"):
-            url = f"{base}/{name}"
-            poller = poller_for(url)
-            assert poller.poll_once(), "the page did not poll cleanly"
-            glassbox = cpu_per_call(poller.poll_once, args.calls)
+            # The same page for both: a server without the filtered page.
+            whole = poller_for(f"{base}/{name}-whole")
+            assert whole.poll_once() and whole.filtered_page is False, "not a clean poll"
+            glassbox = cpu_per_call(whole.poll_once, args.calls)
             naive_calls = max(args.calls // 5, 5)  # it is slow: fewer calls per batch
+            url = f"{base}/{name}"
             naive = cpu_per_call(functools.partial(naive_poll, client, url), naive_calls)
+            # As deployed against vLLM: the page of the samples glassbox reads.
+            filtered = poller_for(url)
+            assert filtered.poll_once() and filtered.filtered_page, "not a clean poll"
+            deployed = cpu_per_call(filtered.poll_once, args.calls)
             size = len(pages[name][0])
             series = naive_poll(client, url)
             print(
                 f"{name:<10} {size:>8} {series:>7} {glassbox * 1e3:>8.2f}ms "
-                f"{naive * 1e3:>8.2f}ms {glassbox / naive:>6.3f}"
+                f"{naive * 1e3:>8.2f}ms {glassbox / naive:>6.3f} {deployed * 1e3:>10.2f}ms "
+                f"{deployed / naive:>6.3f}"
             )
-            poller.fetcher.close()
+            whole.fetcher.close()
+            filtered.fetcher.close()
 
         # Serving: the exporter's own /metrics after polls of the 8-engine page.
-        poller = poller_for(f"{base}/eight")
+        poller = poller_for(f"{base}/eight-whole")
         for _ in range(3):
             poller.poll_once()
         registry = make_registry(poller)

@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from vllm_glassbox.dashboards import catalog
+from vllm_glassbox.helptext import examples
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog, description="Generate glassbox's Grafana dashboards; snapshot them as PNG."
+        prog=prog,
+        description="Generate glassbox's Grafana dashboards; snapshot them as PNG.",
+        **examples(
+            "glassbox dashboards generate --check",
+            "glassbox dashboards snapshot --prometheus http://127.0.0.1:9090 --out shots "
+            "--from -15m",
+        ),
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     gen = sub.add_parser(
         "generate",
         help="write dashboards/generated/<uid>.json from the Python sources",
         description="Write each dashboard's JSON (sorted, indented) from its Python source.",
+        **examples("glassbox dashboards generate", "glassbox dashboards generate --check"),
     )
     gen.add_argument(
         "--check",
@@ -38,6 +47,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="draw every panel's data from Prometheus as PNG (no Grafana needed)",
         description="Run every panel's queries against Prometheus over a time range (all "
         "variables on All) and draw each panel, and each dashboard as a sheet, as PNG.",
+        **examples(
+            "glassbox dashboards snapshot --prometheus http://127.0.0.1:9090 --out shots "
+            "--from -15m",
+            "glassbox dashboards snapshot --prometheus http://prom:9090 --out shots "
+            "--from 2026-11-30T10:00:00Z --to 2026-11-30T11:00:00Z",
+        ),
     )
     snap.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
     snap.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder")
@@ -54,8 +69,23 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
+#: A relative time such as -15m: argparse would take it for a flag of its own.
+_RELATIVE_TIME = re.compile(r"^-[0-9]")
+
+
+def join_relative_times(argv: Sequence[str]) -> list[str]:
+    """`--from -15m` as `--from=-15m`, so that the value is read as one."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in ("--from", "--to") and _RELATIVE_TIME.match(arg):
+            out[-1] += f"={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str], prog: str = "glassbox dashboards") -> int:
-    args = build_parser(prog).parse_args(list(argv))
+    args = build_parser(prog).parse_args(join_relative_times(argv))
     if args.command == "generate":
         return _generate(args.out, args.check)
     return _snapshot(args.prometheus, args.out, args.start, args.end)

@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import urlparse
 
 from vllm_glassbox.exporter.errors import plain_reason
 from vllm_glassbox.exporter.fetch import (
@@ -22,8 +21,14 @@ from vllm_glassbox.exporter.fetch import (
 from vllm_glassbox.exporter.service import ExporterConfig, serve
 from vllm_glassbox.exporter.webconfig import WebConfigError, load_web_config
 from vllm_glassbox.exporter.weights import gpu_bandwidth, read_checkpoint
-from vllm_glassbox.logs import add_log_level_flag, set_up_logging
-from vllm_glassbox.units import parse_duration, parse_host_port, parse_positive_number
+from vllm_glassbox.helptext import examples
+from vllm_glassbox.logs import add_log_flags, set_up_logging
+from vllm_glassbox.units import (
+    base_url_problems,
+    parse_duration,
+    parse_host_port,
+    parse_positive_number,
+)
 
 T = TypeVar("T")
 
@@ -37,6 +42,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         prog=prog,
         description="Poll one vLLM server in the background and serve derived series "
         "(values are as of the latest poll; scrapes never call vLLM).",
+        **examples(
+            "glassbox exporter --target http://127.0.0.1:8000 --listen :9400",
+            "glassbox exporter --target http://vllm:8000 --model-dir /models/qwen --gpu L40S "
+            "--vllm-log /logs/vllm.log",
+            "glassbox exporter --web-config-file web.yml --log-format json",
+        ),
     )
     p.add_argument(
         "--target",
@@ -107,7 +118,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             metavar="N",
             help=f"vLLM's {size}-parallel size (default: what its log says, else 1)",
         )
-    add_log_level_flag(p, default="info")
+    add_log_flags(p, default_level="info")
     # -- security: our own endpoint (web config), and a vLLM behind TLS or a token check
     p.add_argument(
         "--web-config-file",
@@ -148,8 +159,6 @@ def security_problems(args: argparse.Namespace) -> list[str]:
             read_token(args.target_bearer_token_file)
         except (OSError, ValueError) as e:
             problems.append(f"--target-bearer-token-file: {plain_reason(e)}")
-    if urlparse(args.target).password is not None:
-        problems.append("--target: no credentials in the URL (they would show in logs)")
     return problems
 
 
@@ -183,9 +192,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
             problems.append(f"{flag}: {e}")
             return None
 
-    target = urlparse(args.target)
-    if target.scheme not in ("http", "https") or not target.hostname:
-        problems.append(f"--target: {args.target!r} is not an http(s) URL")
+    problems += [f"--target: {p}" for p in base_url_problems(args.target)]
     address = check("--listen", parse_host_port, args.listen)
     interval = check("--interval", parse_duration, args.interval)
     window = check("--window", parse_duration, args.window)
@@ -249,7 +256,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
 
 def main(argv: Sequence[str], prog: str = "glassbox exporter") -> int:
     args = build_parser(prog).parse_args(argv)
-    set_up_logging(args.log_level)
+    set_up_logging(args.log_level, args.log_format)
     try:
         config = config_from_args(args)
     except ConfigError as e:

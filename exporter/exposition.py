@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from vllm_glassbox.build import Build
 from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter.derive import (
     Context,
@@ -59,7 +60,7 @@ class PollState:
     peak_bandwidth: float | None
     kv_cache_memory_bytes: float | None
     vllm_version: str | None
-    build_version: str
+    build: Build
     kv_cache_logged_tokens: int | None = None  # "KV cache size: N tokens" in vLLM's log
     layout: ParallelLayout = field(default_factory=ParallelLayout)
     cold_start: ColdStart | None = None  # the latest start in vLLM's log
@@ -232,7 +233,11 @@ def self_families(state: PollState) -> list[Metric]:
     families.append(series.TARGET_RESTARTS.single(state.restarts))
     if state.last_success_unix is not None:
         families.append(series.LAST_SUCCESS.single(state.last_success_unix))
-    families.append(series.BUILD_INFO.single(1, state.build_version))
+    families.append(
+        series.BUILD_INFO.single(
+            1, state.build.version, state.build.revision, state.build.python_version
+        )
+    )
     if state.up and state.vllm_version is not None:  # no stale facts while vLLM is down
         families.append(series.VLLM_INFO.single(1, state.vllm_version))
     return families

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import heapq
+import itertools
+import math
 import os
 import socket
 import ssl
@@ -38,10 +41,10 @@ class _Watchdog:
 
     def __init__(self, seconds: float) -> None:
         self.fired = False
+        self.done = False  # the fetch ended: nothing left to cut
+        self.deadline = time.monotonic() + seconds
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self.fire)
-        self._timer.daemon = True
 
     def trace(self, event: str, info: Mapping[str, Any]) -> None:
         """httpx's `trace` extension: learn the socket as soon as it is connected."""
@@ -64,7 +67,7 @@ class _Watchdog:
                 self._sock.shutdown(socket.SHUT_RDWR)
 
     def __enter__(self) -> _Watchdog:
-        self._timer.start()
+        _DEADLINES.watch(self)
         return self
 
     def __exit__(
@@ -73,7 +76,48 @@ class _Watchdog:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._timer.cancel()
+        self.done = True
+
+
+class _Deadlines:
+    """One thread fires every watchdog whose deadline passes. A thread started per fetch
+    (a `threading.Timer`) cost as much CPU as the rest of a fetch of a small page."""
+
+    def __init__(self) -> None:
+        self._wake = threading.Condition()
+        self._heap: list[tuple[float, int, _Watchdog]] = []
+        self._order = itertools.count()  # ties: never compare watchdogs
+        self._thread: threading.Thread | None = None
+
+    def watch(self, watchdog: _Watchdog) -> None:
+        with self._wake:
+            earliest = self._heap[0][0] if self._heap else math.inf
+            heapq.heappush(self._heap, (watchdog.deadline, next(self._order), watchdog))
+            if self._thread is None or not self._thread.is_alive():  # first, or forked
+                self._thread = threading.Thread(target=self._run, name="fetch-deadlines")
+                self._thread.daemon = True
+                self._thread.start()
+            if watchdog.deadline < earliest:  # else the thread wakes early enough already
+                self._wake.notify()
+
+    def _run(self) -> None:
+        with self._wake:
+            while True:
+                while self._heap and self._heap[0][2].done:
+                    heapq.heappop(self._heap)  # ended in time: forget it
+                if not self._heap:
+                    self._wake.wait()
+                    continue
+                deadline, _, watchdog = self._heap[0]
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._wake.wait(left)
+                    continue
+                heapq.heappop(self._heap)
+                watchdog.fire()
+
+
+_DEADLINES = _Deadlines()
 
 
 @dataclass(frozen=True)
@@ -206,28 +250,31 @@ class Fetcher:
     def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
         """GET base_url + path as text within the deadline, or raise ScrapeError."""
         seconds = self.timeout_seconds if timeout_seconds is None else timeout_seconds
+        shown = shown_path(path)
         if seconds <= 0:
-            raise ScrapeError("timeout", f"{path}: no time left in this poll")
-        deadline = time.monotonic() + seconds
+            raise ScrapeError("timeout", f"{shown}: no time left in this poll")
         with _Watchdog(seconds) as watchdog:
+            deadline = watchdog.deadline
             self._in_flight = watchdog
             try:
                 if self._aborted:
                     watchdog.fire()
-                return self._get(path, seconds, deadline, watchdog)
+                return self._get(path, shown, seconds, deadline, watchdog)
             except ScrapeError:
                 raise
             except httpx.HTTPError as e:
                 if watchdog.fired or isinstance(e, httpx.TimeoutException):
                     raise ScrapeError(
-                        "timeout", f"{path}: no complete answer within {seconds:g}s"
+                        "timeout", f"{shown}: no complete answer within {seconds:g}s"
                     ) from None
                 # Refused, reset, or closed before the announced body was complete.
-                raise ScrapeError("connect", f"{path}: {type(e).__name__}: {e}") from None
+                raise ScrapeError("connect", f"{shown}: {type(e).__name__}: {e}") from None
             finally:
                 self._in_flight = None
 
-    def _get(self, path: str, seconds: float, deadline: float, watchdog: _Watchdog) -> str:
+    def _get(
+        self, path: str, shown: str, seconds: float, deadline: float, watchdog: _Watchdog
+    ) -> str:
         headers = {"Accept-Encoding": "identity", "Accept": "text/plain", **self._auth_headers()}
         with self._current_client().stream(
             "GET",
@@ -237,18 +284,18 @@ class Fetcher:
             extensions={"trace": watchdog.trace},
         ) as response:
             if response.status_code != 200:
-                raise ScrapeError("http_status", f"{path}: HTTP {response.status_code}")
+                raise ScrapeError("http_status", f"{shown}: HTTP {response.status_code}")
             declared = response.headers.get("content-length", "")
             encoding = response.headers.get("content-encoding", "identity").lower()
             if encoding == "identity" and declared.isdigit() and int(declared) > self.max_bytes:
                 raise ScrapeError(
-                    "too_large", f"{path}: {declared} bytes announced (cap {self.max_bytes})"
+                    "too_large", f"{shown}: {declared} bytes announced (cap {self.max_bytes})"
                 )
             inflater = _inflater(encoding)
             body = bytearray()
             for chunk in response.iter_raw():
                 if time.monotonic() > deadline:
-                    raise ScrapeError("timeout", f"{path}: body not complete within {seconds:g}s")
+                    raise ScrapeError("timeout", f"{shown}: body not complete within {seconds:g}s")
                 room = self.max_bytes + 1 - len(body)
                 if inflater is None:
                     body += chunk[:room]
@@ -256,21 +303,27 @@ class Fetcher:
                     try:
                         body += inflater.decompress(chunk, room)
                     except zlib.error as e:
-                        raise ScrapeError("decode", f"{path}: bad {encoding} body: {e}") from None
+                        raise ScrapeError("decode", f"{shown}: bad {encoding} body: {e}") from None
                     if inflater.unconsumed_tail:
                         body += b"x"  # more was coming: over the cap
                 if len(body) > self.max_bytes:
                     raise ScrapeError(
-                        "too_large", f"{path}: body exceeds {self.max_bytes} bytes decoded"
+                        "too_large", f"{shown}: body exceeds {self.max_bytes} bytes decoded"
                     )
             if inflater is not None and not inflater.eof:
-                raise ScrapeError("decode", f"{path}: {encoding} body ends early")
+                raise ScrapeError("decode", f"{shown}: {encoding} body ends early")
         try:
             return body.decode("utf-8")
         except UnicodeDecodeError as e:
             raise ScrapeError(
-                "decode", f"{path}: not UTF-8 ({e.reason} at byte {e.start})"
+                "decode", f"{shown}: not UTF-8 ({e.reason} at byte {e.start})"
             ) from None
+
+
+def shown_path(path: str) -> str:
+    """A path as messages show it: a long query (`name[]=…` for each sample read) is elided."""
+    head, mark, query = path.partition("?")
+    return path if len(path) <= 80 else f"{head}{mark}… ({query.count('&') + 1} parameters)"
 
 
 def fetch_once(

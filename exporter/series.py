@@ -96,7 +96,12 @@ TARGET_RESTARTS = counter(
 LAST_SUCCESS = gauge(
     "glassbox_last_scrape_success_timestamp_seconds", "Unix time of the last successful poll."
 )
-BUILD_INFO = gauge("glassbox_build_info", "The exporter's version.", ("version",))
+BUILD_INFO = gauge(
+    "glassbox_build_info",
+    "The exporter's version, the git commit it was built from (unknown when the build "
+    "did not say) and the Python running it.",
+    ("version", "revision", "python_version"),
+)
 VLLM_INFO = gauge("glassbox_vllm_info", "vLLM's version (from /version).", ("version",))
 INPUT_UNRECOGNISED = gauge(
     "glassbox_input_unrecognised",

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 
@@ -38,8 +38,17 @@ from vllm_glassbox.exporter.webconfig import BasicAuth, WebConfigSource
 
 log = logging.getLogger("glassbox.exporter")
 
-Route = Callable[[str], tuple[int, bytes, str]]
-"""A request path -> (status, body, content type)."""
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+    content_type: str
+    headers: tuple[tuple[str, str], ...] = ()  # more header fields (Content-Encoding…)
+
+
+Route = Callable[[str, Mapping[str, str]], Answer]
+"""A request's path and header fields (names in lower case) -> its answer."""
 
 
 @dataclass(frozen=True)
@@ -271,8 +280,16 @@ class MetricsServer:
             status, body = HTTPStatus.UNAUTHORIZED, b"unauthorized\n"
             await self._answer(writer, request, status, body, keep_alive, challenge)
             return keep_alive
-        code, body, content_type = self.route(request.path)
-        await self._answer(writer, request, HTTPStatus(code), body, keep_alive, [], content_type)
+        answer = self.route(request.path, request.headers)
+        await self._answer(
+            writer,
+            request,
+            HTTPStatus(answer.status),
+            answer.body,
+            keep_alive,
+            list(answer.headers),
+            answer.content_type,
+        )
         return keep_alive
 
     async def _answer(

@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from vllm_glassbox import __version__
+from vllm_glassbox.build import this_build
+from vllm_glassbox.exporter.endpoints import landing_page, metrics_answer
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.exposition import PollState, build_families, unrecognised_inputs
 from vllm_glassbox.exporter.fetch import DEFAULT_MAX_BYTES, Fetcher, TargetCredentials
@@ -28,8 +30,8 @@ from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
 from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.kv_trend import UsedTokensTrend, used_tokens
 from vllm_glassbox.exporter.layout import ParallelLayout, resolve_layout
-from vllm_glassbox.exporter.server import MetricsServer
-from vllm_glassbox.exporter.snapshot import Snapshot, read_snapshot
+from vllm_glassbox.exporter.server import Answer, MetricsServer
+from vllm_glassbox.exporter.snapshot import FILTERED_PAGE_PATH, Snapshot, read_snapshot
 from vllm_glassbox.exporter.startup_log import LogFollower, StartupFacts
 from vllm_glassbox.exporter.textformat import Limits
 from vllm_glassbox.exporter.webconfig import WebConfigSource
@@ -94,9 +96,13 @@ class Poller:
             # Read once at startup; a bad directory is a startup error, named by the CLI.
             self.checkpoint = read_checkpoint(Path(config.model_dir))
         self.engines: int | None = None  # on the latest good page
+        # Whether vLLM serves the page of the samples glassbox reads; None: not known yet.
+        self.filtered_page: bool | None = None
         self.vllm_version: str | None = None
         self.last_success_unix: float | None = None
         self._failing: str | None = None  # reason of the failure in progress
+        self.up: bool | None = None  # the latest poll's outcome; None before the first
+        self.failing: str | None = None  # what the latest failed poll said
         self._slow = False  # whether the latest poll answered after the interval
         self._stopping = False
         self._published: list[Metric] = []
@@ -127,7 +133,7 @@ class Poller:
         deadline = time.monotonic() + self.config.timeout_seconds  # one per poll, all fetches
         snapshot: Snapshot | None = None
         try:
-            snapshot = read_snapshot(self.fetcher.get_text("/metrics"), self.limits)
+            snapshot = self._read_page(deadline)
         except ScrapeError as e:
             if self._stopping:  # cut by stop(): not vLLM's failure
                 return False
@@ -137,6 +143,7 @@ class Poller:
             target = self.config.target
             log.log(level, "poll failed target=%s reason=%s err=%s", target, e.reason, e)
             self._failing = e.reason
+            self.failing = f"{e.reason}: {e}"
         if snapshot is not None and self._failing is not None:
             log.info("poll succeeded again target=%s", self.config.target)
             self._failing = None
@@ -160,8 +167,40 @@ class Poller:
         duration = self.clock() - started
         if snapshot is not None:
             self._note_lateness(duration)
-        self._publish(up=snapshot is not None, duration=duration, snapshot=snapshot)
-        return snapshot is not None
+        self.up = snapshot is not None
+        self._publish(up=self.up, duration=duration, snapshot=snapshot)
+        return self.up
+
+    def _read_page(self, deadline: float) -> Snapshot:
+        """vLLM's page, asked for only the samples glassbox reads where vLLM serves them
+        (FILTERED_PAGE_PATH), else the whole /metrics. Which one is decided by the first
+        poll at which one of them reads: a filtered page without vLLM's samples (an older
+        prometheus_client in multiprocess mode), an HTTP error or no exposition text on
+        its path (a proxy passing /metrics only), while the whole page reads, means the
+        whole page from then on."""
+        snapshot: Snapshot | None = None
+        if self.filtered_page is not False:
+            try:
+                text = self.fetcher.get_text(FILTERED_PAGE_PATH, deadline - time.monotonic())
+                snapshot = read_snapshot(text, self.limits)
+            except ScrapeError as e:
+                if e.reason not in ("http_status", "parse", "no_vllm_metrics"):
+                    raise  # vLLM slow or gone: nothing to learn about the path
+                self.filtered_page = None  # (again) to be decided by the whole page
+            if snapshot is not None:
+                self.filtered_page = True
+                return snapshot
+        snapshot = read_snapshot(
+            self.fetcher.get_text("/metrics", deadline - time.monotonic()), self.limits
+        )
+        if self.filtered_page is None:
+            self.filtered_page = False
+            log.info(
+                "reading the whole page target=%s (%s gives no engines' samples)",
+                self.config.target,
+                FILTERED_PAGE_PATH.split("?")[0],
+            )
+        return snapshot
 
     def _note_lateness(self, seconds: float) -> None:
         """A poll that answered after the interval is `slow`: vLLM is busy, not down. Its
@@ -215,7 +254,7 @@ class Poller:
             polled_at=self.polled_at,
             used_tokens_growth=self.used_tokens.growth() if up else {},
             vllm_version=self.vllm_version,
-            build_version=__version__,
+            build=this_build(),
             layout=self.layout(),
             log_unrecognised=facts.unrecognised() if facts else {},
             kv_hybrid_in_log=facts.hybrid_kv if facts else False,
@@ -247,6 +286,7 @@ class Poller:
             except Exception:  # a bug must not kill the sidecar; it shows as target_up 0
                 log.exception("unexpected error while polling")
                 self.errors["internal"] += 1
+                self.up, self.failing = False, "internal: an unexpected error (see the log)"
                 self._publish(up=False, duration=0.0, snapshot=None)
 
 
@@ -270,11 +310,6 @@ def make_registry(poller: Poller) -> CollectorRegistry:
     return registry
 
 
-_LANDING = b"""<html><head><title>glassbox exporter</title></head><body>
-<h1>vllm-glassbox exporter</h1><p><a href="/metrics">/metrics</a> &middot;
-<a href="/healthz">/healthz</a></p></body></html>"""
-
-
 def make_server(
     poller: Poller, host: str, port: int, web: WebConfigSource | None = None
 ) -> MetricsServer:
@@ -283,15 +318,22 @@ def make_server(
     if web is not None:
         registry.register(web)  # whether the last change of the web config loaded
 
-    def route(path: str) -> tuple[int, bytes, str]:
+    def route(path: str, headers: Mapping[str, str]) -> Answer:
         if path == "/metrics":
-            return 200, generate_latest(registry), "text/plain; version=0.0.4; charset=utf-8"
+            return metrics_answer(registry, headers)
         if path == "/healthz":
             # Liveness of the sidecar only: vLLM being down must not restart us.
-            return 200, b"ok\n", "text/plain"
+            return Answer(200, b"ok\n", "text/plain")
         if path == "/":
-            return 200, _LANDING, "text/html"
-        return 404, b"not found\n", "text/plain"
+            page = landing_page(
+                this_build(),
+                poller.config.target,
+                poller.up,
+                poller.failing,
+                poller.last_success_unix,
+            )
+            return Answer(200, page, "text/html; charset=utf-8")
+        return Answer(404, b"not found\n", "text/plain")
 
     return MetricsServer(host, port, route, web, server_name=f"glassbox/{__version__}")
 

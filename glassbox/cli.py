@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from vllm_glassbox import __version__
+from vllm_glassbox.helptext import examples
 
 # Each part registers its own flags; imports stay lazy so `glassbox exporter` never
 # pays for matplotlib or the Kubernetes client.
@@ -29,7 +30,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="glassbox",
-        description="Observability that opens vLLM's black box.",
+        description="Observability that opens vLLM's black box. "
+        "`glassbox COMMAND --help` says more about each command.",
+        **examples(
+            "glassbox exporter --target http://127.0.0.1:8000",
+            "glassbox demo",
+            "glassbox probe --exporter http://127.0.0.1:9400",
+        ),
     )
     parser.add_argument("--version", action="version", version=f"glassbox {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

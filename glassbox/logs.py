@@ -1,19 +1,69 @@
-"""One logging set-up for every subcommand: logfmt-style lines on stderr."""
+"""One logging set-up for every subcommand: logfmt or JSON lines on stderr.
+
+`--log-format logfmt` (the default) writes lines that logfmt parsers read (Loki's
+`| logfmt`, Fluent Bit's logfmt parser): `key=value` pairs, a value quoted when it holds
+a space, `=`, `"` or a control character, with `\\"`, `\\\\` and `\\n` escaped inside. `--log-format
+json` writes one JSON object a line. Both carry `ts` (RFC 3339, UTC, milliseconds),
+`level`, `logger` and `msg`, then `exc` when an exception is logged.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import time
 
 LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("logfmt", "json")
 
 
-def add_log_level_flag(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--log-level", default=default, choices=LEVELS)
-
-
-def set_up_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
+def add_log_flags(parser: argparse.ArgumentParser, default_level: str) -> None:
+    parser.add_argument("--log-level", default=default_level, choices=LEVELS)
+    parser.add_argument(
+        "--log-format",
+        default="logfmt",
+        choices=FORMATS,
+        help="logfmt (key=value) or json lines on stderr (default %(default)s)",
     )
+
+
+def set_up_logging(level: str, log_format: str = "logfmt") -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if log_format == "json" else LogfmtFormatter())
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, str]:
+    """The fields of one line, in order."""
+    fields = {
+        "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        + f".{int(record.msecs):03d}Z",
+        "level": record.levelname.lower(),
+        "logger": record.name,
+        "msg": record.getMessage(),
+    }
+    if record.exc_info:
+        fields["exc"] = logging.Formatter().formatException(record.exc_info)
+    return fields
+
+
+def logfmt_value(value: str) -> str:
+    """A value as logfmt writes it: bare when it can be, else quoted and escaped."""
+    if value and not any(c in value for c in ' ="\\') and value.isprintable():
+        return value
+    escaped = (
+        value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    )
+    escaped = "".join(c if c.isprintable() or c == " " else f"\\u{ord(c):04x}" for c in escaped)
+    return f'"{escaped}"'
+
+
+class LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return " ".join(f"{k}={logfmt_value(v)}" for k, v in record_fields(record).items())
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(record_fields(record), ensure_ascii=False)

@@ -21,6 +21,8 @@ from functools import partial
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import TargetCredentials, fetch_once
+from vllm_glassbox.helptext import examples
+from vllm_glassbox.units import base_url_problems
 
 
 def exporter_problem(text: str) -> str | None:
@@ -67,7 +69,13 @@ def check_vllm(url: str, timeout: float, api_key_file: str | None = None) -> str
 
 def main(argv: Sequence[str], prog: str = "glassbox probe") -> int:
     parser = argparse.ArgumentParser(
-        prog=prog, description="Check that glassbox exporters are up and read their vLLM."
+        prog=prog,
+        description="Check that glassbox exporters are up and read their vLLM; exit 0 when "
+        "every check passes, 1 otherwise.",
+        **examples(
+            "glassbox probe --exporter http://127.0.0.1:9400",
+            "glassbox probe --exporter http://llm-glassbox:9400 --vllm http://llm-vllm:8000",
+        ),
     )
     parser.add_argument(
         "--exporter", action="append", default=[], metavar="URL", help="an exporter's base URL"
@@ -85,8 +93,18 @@ def main(argv: Sequence[str], prog: str = "glassbox probe") -> int:
     args = parser.parse_args(list(argv))
     if not args.exporter and not args.vllm:
         parser.error("give at least one --exporter or --vllm")
+    problems = [
+        f"--{flag}: {problem}"
+        for flag, urls in (("exporter", args.exporter), ("vllm", args.vllm))
+        for url in urls
+        for problem in base_url_problems(url)
+    ]
+    if not 0 < args.timeout < float("inf"):
+        problems.append(f"--timeout: must be a positive number of seconds: {args.timeout}")
     if bool(args.username_file) != bool(args.password_file):
-        parser.error("--username-file and --password-file go together")
+        problems.append("--username-file and --password-file go together")
+    if problems:
+        parser.error("invalid flags:\n" + "\n".join(problems))
     exporter_credentials = TargetCredentials(
         ca_file=args.ca_file, username_file=args.username_file, password_file=args.password_file
     )

@@ -1,9 +1,11 @@
-"""Parsing of what people type in flags: durations, byte rates, HOST:PORT addresses."""
+"""Parsing of what people type in flags: durations, byte rates, HOST:PORT addresses, the
+base URLs of servers."""
 
 from __future__ import annotations
 
 import math
 import re
+from urllib.parse import urlparse
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
 _SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -43,3 +45,18 @@ def parse_host_port(text: str) -> tuple[str, int]:
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{text!r} is not HOST:PORT")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def base_url_problems(url: str) -> list[str]:
+    """Why `url` cannot be a server's base URL (empty when it can): an http(s) URL with a
+    host, and no credentials in it (they would show in logs and messages)."""
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 (raises ValueError for a port that is no number)
+    except ValueError:
+        return [f"{url!r} is not an http(s) URL"]
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return [f"{url!r} is not an http(s) URL"]
+    if parsed.username is not None or parsed.password is not None:
+        return ["no credentials in the URL (they would show in logs)"]
+    return []

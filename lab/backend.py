@@ -43,6 +43,10 @@ class Deployed:
     served_model_name: str  # what to put in requests' "model"
     log_path: str | None = None  # where the backend keeps this server's whole log
     model_dir: str | None = None  # the checkpoint, when the lab can read it (for weights)
+    # Set when the backend knows them: the server already running with exactly these args
+    # was kept (not started again), and how long its start took.
+    reused: bool = False
+    startup_seconds: float | None = None
 
 
 class Backend(Protocol):

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from vllm_glassbox.helptext import examples
 from vllm_glassbox.lab.backend import Backend
 from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
 from vllm_glassbox.lab.credentials import ApiKey, key_source, open_api_key
@@ -33,16 +34,34 @@ from vllm_glassbox.lab.runner import STOPPED, Lab, resolve_peak, run_lab
 from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, free_port
 from vllm_glassbox.lab.sidecar import ExporterBeside
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, Observer, PhaseInfo
-from vllm_glassbox.logs import add_log_level_flag, set_up_logging
+from vllm_glassbox.logs import add_log_flags, set_up_logging
 from vllm_glassbox.units import parse_host_port
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run the lab's experiments.")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run the lab's experiments.",
+        **examples(
+            "glassbox lab run cpu-demo --backend local --out out",
+            "glassbox lab check my-plan.yaml",
+            "glassbox lab restore seed-l40s",
+        ),
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help="run a plan and write report.md, results.json, plots")
+    run = sub.add_parser(
+        "run",
+        help="run a plan and write report.md, results.json, plots",
+        description="Run a plan's phases against vLLM and write report.md, results.json "
+        "and the plots.",
+        **examples(
+            "glassbox lab run cpu-demo --backend local --out out",
+            "glassbox lab run seed-l40s --backend kubernetes --out out "
+            "--prometheus http://prometheus:9090",
+        ),
+    )
     run.add_argument("plan", metavar="PLAN.yaml", help="plan file, or a shipped plan's name")
     run.add_argument(
         "--backend",
@@ -69,13 +88,20 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="a Prometheus scraping this vLLM and its exporter: the dashboards over the "
         "run are drawn into the report at the end",
     )
-    add_log_level_flag(run, default="warning")
-    check = sub.add_parser("check", help="validate a plan and print what it would run")
+    add_log_flags(run, default_level="warning")
+    check = sub.add_parser(
+        "check",
+        help="validate a plan and print what it would run",
+        description="Validate a plan and print what it would run; exit 2 naming every problem.",
+        **examples("glassbox lab check my-plan.yaml", "glassbox lab check cpu-demo"),
+    )
     check.add_argument("plan", metavar="PLAN.yaml")
     restore = sub.add_parser(
         "restore",
         help="put back the original args a killed run left on the Deployment "
         "(every run also does this first)",
+        description="Put back the original args a killed run left on the Deployment.",
+        **examples("glassbox lab restore seed-l40s", "glassbox lab restore my-plan.yaml"),
     )
     restore.add_argument("plan", metavar="PLAN.yaml", help="plan file, or a shipped plan's name")
     restore.add_argument("--backend", choices=["kubernetes", "local"])
@@ -275,7 +301,8 @@ def check(args: argparse.Namespace, prog: str) -> int:
         print(f"  API key: from {plan.api_key.describe()}")
     for phase in plan.phases:
         print(f"  {phase.name} ({phase.kind}): {phase.describe()}")
-    print(f"  {plan.server_starts} server start(s)")
+    # A phase whose first server has the args of the one before keeps it: one fewer.
+    print(f"  at most {plan.server_starts} server start(s)")
     return EXIT_OK
 
 
@@ -314,6 +341,6 @@ def restore(args: argparse.Namespace, prog: str) -> int:
 
 def main(argv: Sequence[str], prog: str = "glassbox lab") -> int:
     args = build_parser(prog).parse_args(argv)
-    set_up_logging(getattr(args, "log_level", "warning"))
+    set_up_logging(getattr(args, "log_level", "warning"), getattr(args, "log_format", "logfmt"))
     commands = {"run": run, "check": check, "restore": restore}
     return commands[args.command](args, prog)

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from vllm_glassbox.helptext import examples
 from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
 from vllm_glassbox.lab.experiments.base import Phase
 from vllm_glassbox.lab.local import LocalBackend
@@ -110,6 +111,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         prog=prog,
         description="Run the lab's three experiments on this machine with the vLLM CPU "
         "build and tiny generated models, the exporter beside vLLM, and write the report.",
+        **examples("glassbox demo", "glassbox demo --out demo-out --no-prometheus"),
     )
     p.add_argument(
         "--out", default="demo-out", metavar="DIR", help="output directory (default %(default)s)"

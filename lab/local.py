@@ -2,15 +2,20 @@
 
 Each `deploy` stops the previous server and starts a new one from the plan's base args
 with the phase's flags set by name (`lab/args.py`), its whole log captured to its own
-file. A value `tiny:NAME` anywhere in the args names a tiny model of the plan
-(`target.local.tiny_models`), generated on first use (`lab/tinymodel.py`). `restore()`
-stops the server; `ServerProcess` kills its whole process group, so no worker survives.
+file — unless the server running has exactly the args asked for: then it is kept (a
+start costs about a minute on two cores; the counters the lab reads are increases, so a
+segment does not need a fresh server). A value `tiny:NAME` anywhere in the args names a
+tiny model of the plan (`target.local.tiny_models`), generated on first use
+(`lab/tinymodel.py`). `restore()` stops the server; `ServerProcess` kills its whole
+process group, so no worker survives.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from vllm_glassbox.lab.args import apply_overrides, flag_value
@@ -38,6 +43,7 @@ class LocalBackend:
         self.env = {**target.env, **(env or {})}
         self.started = 0
         self._server: ServerProcess | None = None
+        self._deployed: tuple[list[str], Deployed] | None = None  # the running server's
 
     @property
     def server(self) -> ServerProcess | None:
@@ -65,8 +71,11 @@ class LocalBackend:
         return None
 
     def deploy(self, overrides: FlagOverrides) -> Deployed:
-        self.restore()
         args = self.resolve(apply_overrides(self.target.args, overrides))
+        kept = self._keep(args)
+        if kept is not None:
+            return kept
+        self.restore()
         model = flag_value(args, "--model")
         served = flag_value(args, "--served-model-name") or model or ""
         self.started += 1
@@ -76,17 +85,31 @@ class LocalBackend:
         self._server = ServerProcess(
             args, log_path, command=self.server_command, port=self.port, env=self.env
         )
+        started = time.monotonic()
         self._server.start()
         self._server.wait_ready(self.target.startup_timeout_seconds)
-        return Deployed(
+        deployed = Deployed(
             url=self._server.url,
             startup_log=self._server.log_text(),
             served_model_name=served.split()[0] if served else "",
             log_path=str(log_path),
             model_dir=model if model and Path(model).is_dir() else None,
+            startup_seconds=time.monotonic() - started,
         )
+        self._deployed = (args, deployed)
+        return deployed
+
+    def _keep(self, args: list[str]) -> Deployed | None:
+        """The running server, when it was started with exactly `args` and still serves."""
+        if self._server is None or self._deployed is None or self._deployed[0] != args:
+            return None
+        if not self._server.running():
+            return None
+        self._server.wait_ready(self.target.startup_timeout_seconds)
+        return replace(self._deployed[1], reused=True)
 
     def restore(self) -> None:
+        self._deployed = None
         server, self._server = self._server, None
         if server is not None:
             server.stop()

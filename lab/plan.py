@@ -350,11 +350,14 @@ def _check_tiny_refs(local: LocalTarget | None, phases: list[Phase], problems: l
 def load_plan(path: Path) -> Plan:
     """Read and validate a plan file (PlanError for unreadable files and bad YAML too)."""
     try:
-        content = path.read_text()
+        # Read from the open file, so that YAML's messages name it ("in plan.yaml, line
+        # 3"), not "<unicode string>".
+        with path.open(encoding="utf-8") as stream:
+            data = yaml.safe_load(stream)
     except OSError as e:
         raise PlanError([f"cannot read: {e.strerror or e}"], str(path)) from None
-    try:
-        data = yaml.safe_load(content)
+    except UnicodeDecodeError as e:
+        raise PlanError([f"not UTF-8 text: {e.reason}"], str(path)) from None
     except yaml.YAMLError as e:
         raise PlanError([f"not valid YAML: {e}"], str(path)) from None
     return parse_plan(data, str(path))

@@ -121,7 +121,9 @@ class Lab:
             self.progress.status("starting the server")
             t0 = time.monotonic()
             deployed = self.backend.deploy(overrides)
-            startup_seconds = time.monotonic() - t0
+            startup_seconds = deployed.startup_seconds
+            if startup_seconds is None:
+                startup_seconds = time.monotonic() - t0
             client = VllmClient(deployed.url, deployed.served_model_name, api_key=self.api_key)
             try:
                 first = client.snapshot()
@@ -134,7 +136,8 @@ class Lab:
                     log_path=deployed.log_path,
                     model_dir=deployed.model_dir,
                 )
-                self.progress.note(f"▸ {segment.title}: {_startup_line(startup)}")
+                kept = "the server of the segment before (same args), " if deployed.reused else ""
+                self.progress.note(f"▸ {segment.title}: {kept}{_startup_line(startup)}")
                 for o in self.observers:
                     o.server_ready(segment, deployed)
                 yield Served(deployed, client, startup, first)

@@ -5,7 +5,9 @@
 #   scripts/build-image.sh [--base IMAGE] [--tag TAG] [--extras lab]
 #
 # Defaults: --base python:3.12-slim-bookworm, --tag vllm-glassbox:<version>[-lab].
-# Needs docker and the virtualenv of scripts/setup.sh (its pip builds the wheels).
+# Needs docker, and a Python with pip: the virtualenv of scripts/setup.sh when there is
+# one, else python3. The image's revision label and glassbox_build_info{revision} are
+# this checkout's HEAD.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +22,10 @@ while [ $# -gt 0 ]; do
     *) echo "build-image: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-version=$(.venv/bin/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
+python=.venv/bin/python
+isolation=(--no-build-isolation)  # the virtualenv has setuptools; a bare python3 may not
+if [ ! -x "$python" ]; then python=python3; isolation=(); fi
+version=$("$python" -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
 tag=${tag:-vllm-glassbox:${version}${extras:+-$extras}}
 
 # The base image's Python and machine decide which binary wheels fit it.
@@ -28,9 +33,9 @@ read -r py machine < <(docker run --rm --network host --entrypoint python3 "$bas
   -c 'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}", platform.machine())')
 echo "build-image: $base has Python $py on $machine"
 
-pip=(.venv/bin/python -m pip -q --disable-pip-version-check)
+pip=("$python" -m pip -q --disable-pip-version-check)
 rm -rf build/wheels
-"${pip[@]}" wheel --no-deps --no-build-isolation -w build/wheels . \
+"${pip[@]}" wheel --no-deps "${isolation[@]}" -w build/wheels . \
   2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 wheel=$(ls build/wheels/vllm_glassbox-*.whl)
 "${pip[@]}" download --only-binary=:all: --python-version "$py" \
@@ -39,5 +44,7 @@ wheel=$(ls build/wheels/vllm_glassbox-*.whl)
   -d build/wheels "${wheel}${extras:+[$extras]}" \
   2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 
-docker build --network host --build-arg "BASE=$base" --build-arg "EXTRAS=$extras" -t "$tag" .
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+docker build --network host --build-arg "BASE=$base" --build-arg "EXTRAS=$extras" \
+  --build-arg "REVISION=$revision" -t "$tag" .
 echo "build-image: built $tag"

@@ -226,7 +226,7 @@ class _KeepingPages:
 
     def get_text(self, path: str, *args: Any, **kwargs: Any) -> str:
         text: str = self.inner.get_text(path, *args, **kwargs)
-        if path == "/metrics":
+        if path.startswith("/metrics"):  # the whole page, or the filtered one
             self.page = text
         return text
 

@@ -33,7 +33,8 @@ from tests.golden import GOLDEN, check_golden, family_of, strip_volatile
 
 
 class PageSequence(Fetcher):
-    """Serves /metrics from a list of pages (or errors) in order, and a fixed /version."""
+    """Serves /metrics from a list of pages (or errors) in order, and a fixed /version.
+    Like a proxy that passes /metrics only, it has no filtered page: one page a poll."""
 
     def __init__(self, pages: list[str | ScrapeError], version: str) -> None:
         self.pages = list(pages)
@@ -42,6 +43,8 @@ class PageSequence(Fetcher):
     def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
         if path == "/version":
             return json.dumps({"version": self.version})
+        if path != "/metrics":
+            raise ScrapeError("http_status", f"{path}: HTTP 404")
         item = self.pages.pop(0)
         if isinstance(item, ScrapeError):
             raise item

@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter.cli import build_parser, config_from_args, main
-from vllm_glassbox.exporter.errors import ERROR_REASONS
+from vllm_glassbox.exporter.errors import ERROR_REASONS, ScrapeError
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.weights import GPU_MEMORY_BANDWIDTH, weights_from_config
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, write_safetensors
@@ -328,6 +328,8 @@ class _FakeTime:
     def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
         if path == "/version":
             return '{"version": "0.32.0"}'
+        if path != "/metrics":  # no filtered page here: the whole page each poll
+            raise ScrapeError("http_status", f"{path}: HTTP 404")
         self.starts.append(self.now)
         self.now += self.poll_seconds[len(self.starts) - 1]
         return fixture_page("cpu-0.32/plain-idle.txt")
@@ -521,7 +523,7 @@ def test_docs_name_every_flag() -> None:
         for flag in action.option_strings
         if flag.startswith("--") and flag != "--help"
     ]
-    assert len(flags) == 19
+    assert len(flags) == 20
     missing = [flag for flag in flags if f"| `{flag}" not in text]
     assert missing == []
 

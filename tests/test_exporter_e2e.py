@@ -27,8 +27,9 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter.fetch import Fetcher
+from vllm_glassbox.exporter.fetch import Fetcher, fetch_once
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
+from vllm_glassbox.exporter.snapshot import FILTERED_PAGE_PATH, read_snapshot
 from vllm_glassbox.lab.server_process import ServerProcess
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
@@ -285,7 +286,7 @@ class _Recording(Fetcher):
 
     def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
         text = super().get_text(path, timeout_seconds)
-        if path == "/metrics":
+        if path.startswith("/metrics"):  # the whole page, or the filtered one
             self.last_page = text
         return text
 
@@ -324,6 +325,22 @@ def test_kv_used_tokens_equal_usage_times_capacity_while_requests_hold_blocks(
     assert checked, "no poll saw the requests hold blocks"
     for usage, used in checked:
         assert used == pytest.approx(usage * capacity, rel=REL)
+
+
+def test_the_filtered_page_reads_exactly_as_the_whole_page(
+    plain: Plain, workload: Workload
+) -> None:
+    """vLLM serves only the samples glassbox reads on FILTERED_PAGE_PATH (the
+    prometheus_client app it mounts under /metrics, which honours name[]): a page a tenth
+    the size, which reads as the whole page does; its counters are idle after the
+    workload, so two reads agree."""
+    whole = fetch_once(plain.vllm.url, "/metrics", 10.0)
+    filtered = fetch_once(plain.vllm.url, FILTERED_PAGE_PATH, 10.0)
+    assert len(filtered) < len(whole) / 5
+    assert "vllm:iteration_tokens_total_bucket" in whole
+    assert "_bucket" not in filtered
+    assert read_snapshot(filtered) == read_snapshot(whole)
+    assert read_snapshot(filtered).engines  # not an empty page that agrees with nothing
 
 
 def test_weights_come_from_the_safetensors_headers(plain: Plain, workload: Workload) -> None:

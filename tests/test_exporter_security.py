@@ -5,6 +5,7 @@ and a real Prometheus scraping over TLS with basic auth."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import logging
 import os
 import re
@@ -212,6 +213,28 @@ def test_the_probe_reads_an_exporter_over_tls_with_basic_auth_from_files(
     assert PASSWORD not in out and "guess-4711" not in out
     with pytest.raises(SystemExit):
         probe_main(["--exporter", url, "--username-file", str(tmp_path / "username")])
+
+
+def test_over_tls_metrics_negotiates_openmetrics_and_gzip_as_prometheus_asks(
+    tmp_path: Path, pki: Pki
+) -> None:
+    web = write_web_config(tmp_path / "web.yml", pki, {USER: bcrypt_hash(PASSWORD)})
+    # Prometheus' own Accept header (2.42, scrape.go), and its Accept-Encoding.
+    accept = (
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+        "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    )
+    with exporter(web) as url, httpx.Client(verify=client_context(pki), timeout=10) as client:
+        headers = {"Accept": accept, "Accept-Encoding": "gzip"}
+        with client.stream(
+            "GET", url + "/metrics", headers=headers, auth=(USER, PASSWORD)
+        ) as answer:
+            body = b"".join(answer.iter_raw())  # as sent: still gzipped
+        assert answer.status_code == 200
+        assert answer.headers["Content-Encoding"] == "gzip"
+        assert answer.headers["Content-Type"].startswith("application/openmetrics-text")
+        page = gzip.decompress(body).decode()
+        assert page.endswith("# EOF\n") and "glassbox_target_up 0.0" in page
 
 
 def test_client_certificates_are_required_when_configured(tmp_path: Path, pki: Pki) -> None:

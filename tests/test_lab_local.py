@@ -550,6 +550,34 @@ def test_a_crash_of_the_lab_still_stops_the_server(tmp_path: Path) -> None:
     assert len(pids) == 4 and not [p for p in pids if alive(p)]
 
 
+def test_a_server_already_running_with_the_same_args_is_kept_not_started_again(
+    tmp_path: Path,
+) -> None:
+    plan = parse_plan(plan_data())
+    assert plan.local is not None
+    backend = LocalBackend(plan.local, tmp_path / "logs", SERVER_COMMAND)
+    try:
+        first = backend.deploy({"--model": "model-small"})
+        server = backend.server
+        again = backend.deploy({"--model": "model-small"})
+        assert backend.server is server and server is not None and server.running()
+        assert (first.reused, again.reused) == (False, True)
+        assert again.url == first.url and again.log_path == first.log_path
+        assert again.startup_seconds == first.startup_seconds  # the start it had, not ~0
+        other = backend.deploy({"--model": "model-big"})  # other args: a fresh server
+        assert not other.reused and backend.server is not server and not server.running()
+        backend.restore()
+        after = backend.deploy({"--model": "model-big"})  # nothing kept across a restore
+        assert not after.reused
+    finally:
+        backend.restore()
+    assert [p.name for p in sorted((tmp_path / "logs").glob("*.log"))] == [
+        "01-model-small.log",
+        "02-model-big.log",
+        "03-model-big.log",
+    ]
+
+
 def test_tiny_model_references_become_generated_directories(tmp_path: Path) -> None:
     plan = parse_plan(
         {

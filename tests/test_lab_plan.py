@@ -449,7 +449,8 @@ def test_quantization_rounds_reverse_the_order_each_round() -> None:
         (2, "b"),
         (2, "c"),
     ]
-    assert plan.server_starts == 9
+    # c ends round 0 and begins round 1, a ends round 1 and begins round 2: one server each
+    assert plan.server_starts == 7
 
 
 def test_the_demo_leaves_awq_out_on_a_cpu_without_avx512() -> None:
@@ -509,3 +510,26 @@ def test_a_plan_is_a_file_else_a_shipped_plan_by_name(
         resolve_plan("cpu-demo")
     with pytest.raises(PlanError, match=r"no such file or shipped plan: nowhere\.yaml"):
         resolve_plan("nowhere.yaml")
+
+
+def test_the_demo_flood_runs_on_the_server_of_the_last_quantization_variant() -> None:
+    """The local backend keeps a server whose args are the ones asked for: the demo's
+    plan gives the flood exactly the args of the quantization's last variant (small, in
+    the reversed second round), so one start serves both."""
+    from vllm_glassbox.lab.args import apply_overrides
+    from vllm_glassbox.lab.experiments.kv_pressure import KvPressurePhase
+
+    plan = load_plan(packaged_plan("cpu-demo"))  # type: ignore[arg-type]
+    assert plan.local is not None
+    quant, flood, _ = plan.phases
+    assert isinstance(quant, QuantizationPhase) and isinstance(flood, KvPressurePhase)
+    _, last = quant.order()[-1]
+    last_args = apply_overrides(
+        plan.local.args, {**quant.flags, "--model": last.model, **last.flags}
+    )
+    flood_args = apply_overrides(plan.local.args, {**flood.flags, "--model": flood.model})
+    assert last.model == "tiny:small"
+    assert flood_args == last_args
+    # The AWQ variant ends the first round and begins the second: one start for both.
+    order = [v.name for _, v in quant.order()]
+    assert order[3] == order[4] == "large-awq"

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from prometheus_client.core import Metric
+from vllm_glassbox.build import Build
 from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import FirstRequests, Increase
@@ -68,7 +69,7 @@ def everything_known() -> PollState:
         kv_cache_memory_bytes=1.0,
         kv_cache_logged_tokens=128,
         vllm_version="0",
-        build_version="0",
+        build=Build("0", "abc", "3.11.7"),
         cold_start=start,
         first_requests={key: FirstRequests(1.0, 1.0, at=30.0)},
         polled_at=WINDOW_SECONDS,

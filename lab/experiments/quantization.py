@@ -106,7 +106,11 @@ class QuantizationPhase:
 
     @property
     def server_starts(self) -> int:
-        return len(self.variants) * self.rounds
+        """A variant that ends one round begins the next: the backends keep its server
+        (the same args), so each turn of the rounds costs one start less."""
+        if not self.variants:
+            return 0
+        return len(self.variants) * self.rounds - (self.rounds - 1)
 
     def models(self) -> list[tuple[str, str]]:
         return [(f"variants[{j}].model", v.model) for j, v in enumerate(self.variants)]
