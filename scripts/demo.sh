@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh), then run the whole story on this machine: a real vLLM CPU
 # server with tiny generated models, the exporter beside it, the lab's three experiments
-# and the report (written to ./demo-out). About 8 minutes on two cores; README.md says
+# and the report (written to ./demo-out). About 10 minutes on two cores; README.md says
 # what takes the time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
