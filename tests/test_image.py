@@ -345,8 +345,7 @@ def test_the_image_holds_the_exporter_without_the_lab_libraries(
         "--rm",
         "--network",
         "host",
-        image.image,
-        "glassbox",
+        image.image,  # its entrypoint is `glassbox`
         "lab",
         "check",
         "x",
