@@ -847,7 +847,8 @@ def fleet_preempting_count() -> Panel:
     return timeseries(
         "Servers preempting",
         "Servers with any preemption over the exporter's window (above 0 on any engine), "
-        f"per model and namespace. {per_engine('glassbox_preemptions_per_second')}",
+        f"per model and namespace. {per_engine('glassbox_preemptions_per_second')} Empty "
+        "while no server preempts.",
         [Q(q.PREEMPTING_COUNT, _PER_NAMESPACE_LEGEND)],
         NUMBER,
     )
@@ -878,7 +879,7 @@ def fleet_preempting_servers() -> Panel:
     return table(
         "Preempting most",
         f"Preemptions per second of each server, summed over engines, above 0. {_WORST} "
-        f"{per_engine('glassbox_preemptions_per_second')}",
+        f"{per_engine('glassbox_preemptions_per_second')} Empty while no server preempts.",
         [Q(q.PREEMPTING_SERVERS)],
         _SERVER_COLUMNS,
     )
@@ -888,7 +889,8 @@ def fleet_out_of_headroom_servers() -> Panel:
     return table(
         "Out of KV headroom",
         f"Requests that still fit, summed over engines, under 1. {_WORST} "
-        f"{per_engine('glassbox_kv_cache_headroom_requests')}",
+        f"{per_engine('glassbox_kv_cache_headroom_requests')} Empty while every server has "
+        "room for one more request of its current size, or runs none.",
         [Q(q.OUT_OF_HEADROOM_SERVERS)],
         _SERVER_COLUMNS,
     )
@@ -898,7 +900,8 @@ def fleet_firing_alerts() -> Panel:
     return table(
         "Firing alerts per namespace",
         "Prometheus' ALERTS in state firing, counted per cluster, namespace and alert: the "
-        "namespace is the route each one takes (alerts/runbook.md).",
+        "namespace is the route each one takes (alerts/runbook.md). Empty while no glassbox "
+        "alert fires.",
         [Q(q.FIRING_ALERTS)],
         ["cluster", "namespace", "alertname", "Value"],
     )
