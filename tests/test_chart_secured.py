@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from vllm_glassbox.lab.credentials import ApiKeySource, open_api_key
 from vllm_glassbox.lab.measure import LabError, VllmClient
 from vllm_glassbox.lab.prometheus_process import PrometheusProcess
 from vllm_glassbox.lab.server_process import ChildProcess, ServerProcess, free_port
@@ -157,11 +158,16 @@ def _answers(url: str, pki: Pki) -> bool:
         return False
 
 
-def test_vllm_asks_for_the_key_the_chart_gives_it_and_the_lab_sends_it(secured: Secured) -> None:
+def test_vllm_asks_for_the_key_the_chart_gives_it_and_the_lab_sends_it(
+    secured: Secured, tmp_path: Path
+) -> None:
     body = {"model": "tiny", "prompt": "Kubernetes is", "max_tokens": 8, "temperature": 0}
     refused = httpx.post(f"{secured.vllm.url}/v1/completions", json=body, timeout=120)
     assert refused.status_code == 401
-    with closing(VllmClient(secured.vllm.url, "tiny", api_key=API_KEY)) as client:
+    # As the chart's lab Job has it: the key in a mounted file that VLLM_API_KEY_FILE names.
+    (tmp_path / "api-key").write_text(API_KEY + "\n")
+    key = open_api_key(ApiKeySource(file=str(tmp_path / "api-key")))
+    with closing(VllmClient(secured.vllm.url, "tiny", api_key=key)) as client:
         assert client.complete(body).completion_tokens == 8
     with closing(VllmClient(secured.vllm.url, "tiny")) as client, pytest.raises(LabError) as error:
         client.complete(body)

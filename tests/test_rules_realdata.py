@@ -129,6 +129,8 @@ def test_glassbox_series_named_by_the_rules_are_scraped_from_the_real_exporter(
     named = {
         n for _, e in rule_expressions() for n in selector_names(e) if n.startswith("glassbox_")
     }
+    # Published only while an input is flagged; vLLM 0.32's log and page are read whole.
+    named -= {"glassbox_input_unrecognised"}
     assert named <= scraped, sorted(named - scraped)
 
 
