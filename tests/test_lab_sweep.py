@@ -332,6 +332,9 @@ def test_the_knee_is_the_last_rate_kept_up_with_and_the_mechanism_seen_where_it_
         judged = judge_steps([step(0, 1, True, low), step(1, 2, False, sv, **more)], 0.95, 8)
         return judged[1].limit
 
+    # Preemptions between two polls: no poll saw the pool full, vLLM's counter says it was.
+    missed = server(inter_token_latency_seconds=0.02, peak_kv_cache_usage=0.6, preemptions=2.0)
+    assert limit(missed) == KV_POOL
     slower = server(inter_token_latency_seconds=0.013, peak_kv_cache_usage=0.5, peak_waiting=0)
     assert limit(slower) == DECODE_STEPS  # 1.3× longer steps, pool half full, no queue
     queued = server(inter_token_latency_seconds=0.011, peak_kv_cache_usage=0.5, peak_waiting=3)

@@ -695,7 +695,9 @@ def limit_of(
     if server is None:
         return UNEXPLAINED
     queued = (server.peak_waiting or 0) > 0
-    full = (server.peak_kv_cache_usage or 0.0) >= saturation
+    # vLLM preempts only when a running request finds no free block: a preemption proves
+    # the pool ran full even where no poll landed on that moment.
+    full = (server.peak_kv_cache_usage or 0.0) >= saturation or server.preemptions > 0
     if full and (queued or server.preemptions > 0):
         return KV_POOL
     client = step.client
