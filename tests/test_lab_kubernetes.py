@@ -18,13 +18,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from kubernetes import client as k8s
 from vllm_glassbox.exporter.startup_log import read_facts
 from vllm_glassbox.lab.args import REMOVE
 from vllm_glassbox.lab.backend import Backend, exit_code, restoring
 from vllm_glassbox.lab.kubernetes import KubernetesBackend, KubernetesError, Timeouts
 from vllm_glassbox.lab.restore_protocol import ANNOTATION
-from vllm_glassbox.lab.rollout_status import label_selector, rollout_problem
 
 from tests.jobs import with_sigint_ignored
 from tests.k8s_double import BYTES_PER_TOKEN, FakeCluster, Fault, Recorded, wait_until
@@ -487,53 +485,6 @@ def test_the_documented_role_allows_what_the_backend_does_and_no_more(
 
 
 # -- pure parts --------------------------------------------------------------------------
-
-
-def _deployment(want: int, generation: int, **status: int) -> k8s.V1Deployment:
-    return k8s.V1Deployment(
-        metadata=k8s.V1ObjectMeta(generation=generation),
-        spec=k8s.V1DeploymentSpec(
-            replicas=want, selector=k8s.V1LabelSelector(), template=k8s.V1PodTemplateSpec()
-        ),
-        status=k8s.V1DeploymentStatus(**status),
-    )
-
-
-@pytest.mark.parametrize(
-    ("deployment", "problem"),
-    [
-        (_deployment(1, 3, observed_generation=2, replicas=1, updated_replicas=1,
-                     available_replicas=1),
-         "the controller has not seen generation 3 yet (observed 2)"),
-        (_deployment(2, 3, observed_generation=3, replicas=2, updated_replicas=1,
-                     available_replicas=2),
-         "1 of 2 replicas run the new template"),
-        (_deployment(1, 3, observed_generation=3, replicas=2, updated_replicas=1,
-                     available_replicas=1),
-         "1 old replicas pending termination"),
-        (_deployment(2, 3, observed_generation=3, replicas=2, updated_replicas=2,
-                     available_replicas=1),
-         "1 of 2 updated replicas are available"),
-        (_deployment(2, 3, observed_generation=3, replicas=2, updated_replicas=2,
-                     available_replicas=2),
-         None),
-    ],
-)  # fmt: skip
-def test_rollout_problem(deployment: k8s.V1Deployment, problem: str | None) -> None:
-    assert rollout_problem(deployment, 3) == problem
-
-
-def test_label_selector_renders_labels_and_expressions() -> None:
-    selector = k8s.V1LabelSelector(
-        match_labels={"b": "2", "a": "1"},
-        match_expressions=[
-            k8s.V1LabelSelectorRequirement(key="tier", operator="In", values=["x", "y"]),
-            k8s.V1LabelSelectorRequirement(key="env", operator="NotIn", values=["dev"]),
-            k8s.V1LabelSelectorRequirement(key="gpu", operator="Exists"),
-            k8s.V1LabelSelectorRequirement(key="old", operator="DoesNotExist"),
-        ],
-    )
-    assert label_selector(selector) == "a=1,b=2,tier in (x,y),env notin (dev),gpu,!old"
 
 
 def test_exit_codes_follow_the_shell_convention() -> None:
