@@ -1,16 +1,15 @@
 """The lab's Kubernetes backend: vLLM is a Deployment whose container args are patched.
 
-Per phase: read the Deployment, patch its vLLM container's `args` by flag name (a JSON
-patch of that one list, guarded by `test` operations so a concurrent edit is refused,
-not overwritten), wait for the rollout, find the new pod (Running, Ready, with exactly
-the patched args), wait until the Service answers `/health` and shows
-`vllm:cache_config_info`, and read that pod's log for the startup facts. `restore()`
-patches the original args back and waits for that rollout too.
+This module is the I/O edge: the API calls, their retries and the waits. What a patch
+holds, the record of the original args and what a restore puts back are the pure
+functions of lab/restore_protocol.py; what a Deployment's and its pods' status say, those
+of lab/rollout_status.py.
 
-The lab may be killed (SIGKILL, OOM, node loss) with its args in place, so every patch
-also writes the original args onto the Deployment, in the annotation `ANNOTATION`, in
-the same atomic JSON patch: the Deployment is never patched without a record of how it
-was. `restore()` removes the record with the same patch that puts the args back.
+Per phase: read the Deployment, patch its vLLM container's `args` by flag name (with the
+record of the original args in the same atomic patch), wait for the rollout, find the new
+pod (Running, Ready, with exactly the patched args), wait until the Service answers
+`/health` and shows `vllm:cache_config_info`, and read that pod's log for the startup
+facts. `restore()` patches the original args back and waits for that rollout too.
 `restore_leftover()` (`glassbox lab restore`, and the start of every run) finds a record
 a killed run left and puts those args back.
 
@@ -29,10 +28,9 @@ uses (tests/k8s_double.py).
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,68 +43,35 @@ from kubernetes.config.config_exception import ConfigException
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import Fetcher
 from vllm_glassbox.exporter.snapshot import read_snapshot
-from vllm_glassbox.lab.args import apply_overrides, flag_value
+from vllm_glassbox.lab.args import apply_overrides
 from vllm_glassbox.lab.backend import Deployed, FlagOverrides
+from vllm_glassbox.lab.restore_protocol import (
+    KubernetesError,
+    Operation,
+    args_patch,
+    container_index,
+    leftover_container,
+    leftover_record_ops,
+    patch_went_through,
+    patchable_args,
+    record_of,
+    refuse_flags_in_command,
+    restore_record_ops,
+    served_model_name,
+    write_record,
+)
+from vllm_glassbox.lab.rollout_status import (
+    label_selector,
+    newest_pod_running,
+    pod_ready,
+    pod_summary,
+    restarts,
+    rollout_problem,
+    stalled,
+)
 
 _NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _T = TypeVar("_T")
-
-
-ANNOTATION = "lab.vllm-glassbox/original-args"
-"""On the Deployment while the lab's args may be in place: JSON `{"container", "args"
-(the original), "patched" (what the lab set)}`."""
-_ANNOTATION_PATH = "/metadata/annotations/" + ANNOTATION.replace("~", "~0").replace("/", "~1")
-
-
-class KubernetesError(RuntimeError):
-    """The Deployment could not be changed, rolled out or reached; the message says why."""
-
-
-@dataclass(frozen=True)
-class Record:
-    """What the annotation says: the container, its original args, the lab's args."""
-
-    container: str
-    original: list[str]
-    patched: list[str]
-    raw: str  # the annotation's text, to guard a patch with a `test`
-
-
-def record_of(deployment: Any) -> Record | None:
-    """The lab's record on `deployment`, or None; KubernetesError if it is unreadable."""
-    raw = (deployment.metadata.annotations or {}).get(ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw)
-        original, patched = data["args"], data["patched"]
-        lists = isinstance(original, list) and isinstance(patched, list)
-        if not lists or not all(isinstance(a, str) for a in [*original, *patched]):
-            raise TypeError("args are not lists of strings")
-        record = Record(str(data["container"]), original, patched, raw)
-    except (ValueError, KeyError, TypeError) as e:
-        raise KubernetesError(
-            f"annotation {ANNOTATION} is not the lab's record ({e}); "
-            "remove it by hand once the args are right"
-        ) from None
-    return record
-
-
-def record_ops(deployment: Any, record: tuple[str, list[str], list[str]] | None) -> list[Any]:
-    """JSON patch operations that write `record` (container, original, patched) as the
-    annotation, or remove it (None)."""
-    annotations = deployment.metadata.annotations
-    if record is None:
-        return (
-            [{"op": "remove", "path": _ANNOTATION_PATH}]
-            if ANNOTATION in (annotations or {})
-            else []
-        )
-    container, original, patched = record
-    value = json.dumps({"container": container, "args": original, "patched": patched})
-    if annotations is None:  # a JSON patch cannot add a member to a missing object
-        return [{"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION: value}}]
-    return [{"op": "add", "path": _ANNOTATION_PATH, "value": value}]
 
 
 @dataclass(frozen=True)
@@ -128,111 +93,6 @@ def _describe(error: Exception) -> str:
     if isinstance(error, ApiException):
         return f"HTTP {error.status} {error.reason}"
     return f"{type(error).__name__}: {error}"
-
-
-def rollout_problem(deployment: Any, generation: int) -> str | None:
-    """What keeps `deployment` from being rolled out at `generation`; None when it is.
-
-    The checks of `kubectl rollout status`: the controller has seen the change, every
-    replica runs the new template, no old replica is left, every new one is available.
-    """
-    want = deployment.spec.replicas if deployment.spec.replicas is not None else 1
-    status = deployment.status or k8s.V1DeploymentStatus()
-    observed = status.observed_generation or 0
-    updated = status.updated_replicas or 0
-    total = status.replicas or 0
-    available = status.available_replicas or 0
-    if observed < generation:
-        return f"the controller has not seen generation {generation} yet (observed {observed})"
-    if updated < want:
-        return f"{updated} of {want} replicas run the new template"
-    if total > updated:
-        return f"{total - updated} old replicas pending termination"
-    if available < updated:
-        return f"{available} of {updated} updated replicas are available"
-    return None
-
-
-def _deadline_exceeded(deployment: Any) -> str | None:
-    for condition in (deployment.status.conditions or []) if deployment.status else []:
-        if condition.type == "Progressing" and condition.reason == "ProgressDeadlineExceeded":
-            return str(condition.message or "progress deadline exceeded")
-    return None
-
-
-def label_selector(selector: Any) -> str:
-    """A V1LabelSelector as the `labelSelector` query string."""
-    parts = [f"{k}={v}" for k, v in sorted((selector.match_labels or {}).items())]
-    for expression in selector.match_expressions or []:
-        key, op, values = expression.key, expression.operator, expression.values or []
-        if op == "In":
-            parts.append(f"{key} in ({','.join(values)})")
-        elif op == "NotIn":
-            parts.append(f"{key} notin ({','.join(values)})")
-        elif op == "Exists":
-            parts.append(key)
-        elif op == "DoesNotExist":
-            parts.append(f"!{key}")
-        else:
-            raise KubernetesError(f"unknown label selector operator {op!r} for key {key!r}")
-    return ",".join(parts)
-
-
-def _ready(pod: Any) -> bool:
-    if pod.metadata.deletion_timestamp is not None or pod.status is None:
-        return False
-    conditions = pod.status.conditions or []
-    return pod.status.phase == "Running" and any(
-        c.type == "Ready" and c.status == "True" for c in conditions
-    )
-
-
-def _pod_summary(pod: Any) -> str:
-    """`name (phase, container: state reason)` for an error message."""
-    status = pod.status or k8s.V1PodStatus()
-    states = []
-    for cs in status.container_statuses or []:
-        state = cs.state
-        if state and state.waiting:
-            states.append(f"{cs.name} waiting: {state.waiting.reason or '?'}")
-        elif state and state.terminated:
-            states.append(f"{cs.name} terminated: {state.terminated.reason or '?'}")
-        elif not cs.ready:
-            states.append(f"{cs.name} not ready")
-        if cs.restart_count:
-            states.append(f"{cs.restart_count} restarts")
-    if pod.metadata.deletion_timestamp:
-        states.insert(0, "terminating")
-    return f"{pod.metadata.name} ({', '.join([status.phase or 'Unknown', *states])})"
-
-
-def _restarts(pod: Any, container: str | None) -> int:
-    statuses = (pod.status.container_statuses or []) if pod.status else []
-    return sum(cs.restart_count or 0 for cs in statuses if cs.name == container)
-
-
-def _set_in_command(command: list[str], name: str) -> bool:
-    """Whether vLLM's flag `name` is given in a container's `command`."""
-    if not command:
-        return False
-    # A command starts with a program, never with a model: read what follows it (or
-    # follows `serve`) the way `vllm serve` reads its arguments.
-    program = command.index("serve") + 1 if "serve" in command else 1
-    return flag_value(["serve", *command[program:]], name) is not None
-
-
-def served_model_name(args: Sequence[str]) -> str:
-    """What requests put in "model": the first --served-model-name, else the model."""
-    names = flag_value(args, "--served-model-name")
-    if names:
-        return names.split()[0]
-    model = flag_value(args, "--model")
-    if model:
-        return model
-    raise KubernetesError(
-        "cannot tell the served model name: the container's args have no "
-        "--served-model-name, --model or positional model"
-    )
 
 
 class KubernetesBackend:
@@ -314,23 +174,18 @@ class KubernetesBackend:
         if deployment.spec.replicas == 0:
             raise KubernetesError(f"{self._where} is scaled to 0 replicas: nothing would serve")
         index, container = self._container_of(deployment)
-        current = self._args_of(container)
+        current = patchable_args(self._where, container.name, container.args or [])
         if self._original is None:
             self._original = current
-        for name in overrides:
-            if _set_in_command(list(container.command or []), name):
-                raise KubernetesError(
-                    f"{self._where}: {name} is set in container {container.name!r}'s command, "
-                    "which the lab does not change; move vLLM's flags to its args"
-                )
+        refuse_flags_in_command(self._where, container.name, container.command or [], overrides)
         args = apply_overrides(self._original, overrides)
         generation = deployment.metadata.generation or 0
         if args != current:
             self.log(f"{self._where}: patching args of {container.name!r}")
             self._patched = True
-            record = (container.name, self._original, args)
-            ops = record_ops(deployment, record)
-            generation = self._patch_args(index, container.name, current, args, ops)
+            annotations = deployment.metadata.annotations
+            record = write_record(annotations, container.name, self._original, args)
+            generation = self._patch_args(index, container.name, current, args, record)
         self._wait_rollout(generation, "the patched args")
         pod = self._wait_serving(deployment, container.name, args)
         return Deployed(
@@ -342,10 +197,10 @@ class KubernetesBackend:
             return
         deployment = self._read()
         index, container = self._container_of(deployment)
-        current = self._args_of(container)
+        current = patchable_args(self._where, container.name, container.args or [])
         generation = deployment.metadata.generation or 0
-        unrecord = record_ops(deployment, None)
-        if current != self._original or unrecord:
+        unrecord = restore_record_ops(deployment.metadata.annotations, current, self._original)
+        if unrecord is not None:
             self.log(f"{self._where}: restoring the original args of {container.name!r}")
             generation = self._patch_args(index, container.name, current, self._original, unrecord)
         self._wait_rollout(generation, "the original args (restored)")
@@ -360,26 +215,13 @@ class KubernetesBackend:
         """
         self._leftover_checked = True
         deployment = self._read()
-        record = record_of(deployment)
+        record = record_of(deployment.metadata.annotations)
         if record is None:
             return None
-        if self.container is not None and self.container != record.container:
-            raise KubernetesError(
-                f"{self._where}: the lab's record is for container {record.container!r}, "
-                f"not {self.container!r}; restore it with a plan naming that container"
-            )
-        self.container = record.container
+        self.container = leftover_container(self._where, record, self.container)
         index, container = self._container_of(deployment)
-        current = self._args_of(container)
-        if current not in (record.original, record.patched):
-            raise KubernetesError(
-                f"{self._where}: container {record.container!r}'s args changed since an "
-                f"interrupted run of the lab patched them; not overwriting them. The "
-                f"original args were: {json.dumps(record.original)}. Remove the annotation "
-                f"{ANNOTATION} once the args are as they should be"
-            )
-        guard = [{"op": "test", "path": _ANNOTATION_PATH, "value": record.raw}]
-        ops = guard + record_ops(deployment, None)
+        current = patchable_args(self._where, container.name, container.args or [])
+        ops = leftover_record_ops(self._where, record, current)
         generation = self._patch_args(index, container.name, current, record.original, ops)
         self._wait_rollout(generation, "the original args (left by an interrupted run)")
         what = "put back" if current != record.original else "already in place"
@@ -418,48 +260,23 @@ class KubernetesBackend:
         )
 
     def _container_of(self, deployment: Any) -> tuple[int, Any]:
+        """The vLLM container and its index; the only one when none was named."""
         containers = deployment.spec.template.spec.containers
-        if self.container is None:
-            if len(containers) != 1:
-                names = ", ".join(c.name for c in containers)
-                raise KubernetesError(
-                    f"{self._where} has {len(containers)} containers ({names}): "
-                    "say which one runs vLLM"
-                )
-            self.container = containers[0].name
-        for index, container in enumerate(containers):
-            if container.name == self.container:
-                return index, container
-        names = ", ".join(c.name for c in containers)
-        raise KubernetesError(f"{self._where} has no container {self.container!r} (has: {names})")
-
-    def _args_of(self, container: Any) -> list[str]:
-        args = list(container.args or [])
-        if not args:
-            raise KubernetesError(
-                f"{self._where}: container {container.name!r} has no args; the lab changes "
-                "vLLM's flags in args (e.g. command: [vllm, serve], args: [MODEL, --flag, ...])"
-            )
-        if len(args) <= 3 and any(" --" in a for a in args):
-            raise KubernetesError(
-                f"{self._where}: container {container.name!r} runs vLLM from one shell "
-                "string; give vLLM's flags as separate args so they can be changed by name"
-            )
-        return args
+        index = container_index(self._where, [c.name for c in containers], self.container)
+        self.container = containers[index].name
+        return index, containers[index]
 
     def _patch_args(
-        self, index: int, name: str, current: list[str], args: list[str], record: list[Any]
+        self,
+        index: int,
+        name: str,
+        current: list[str],
+        args: list[str],
+        record: list[Operation],
     ) -> int:
         """JSON-patch the container's args from `current` to `args`, with the `record`
         operations (the annotation) in the same atomic patch; the new generation."""
-        path = f"/spec/template/spec/containers/{index}"
-        body = [
-            {"op": "test", "path": f"{path}/name", "value": name},
-            {"op": "test", "path": f"{path}/args", "value": current},
-            *record,
-        ]
-        if args != current:
-            body.append({"op": "replace", "path": f"{path}/args", "value": args})
+        body = args_patch(index, name, current, args, record)
         try:
             patched = self._call(
                 "patching the args",
@@ -474,7 +291,9 @@ class KubernetesBackend:
         except KubernetesError as e:
             # A retried patch whose first try went through fails its `test`: check.
             after = self._read()
-            if self._args_of(self._container_of(after)[1]) == args and _recorded_as(after, record):
+            container = self._container_of(after)[1]
+            now = patchable_args(self._where, container.name, container.args or [])
+            if patch_went_through(after.metadata.annotations, now, args, record):
                 return int(after.metadata.generation or 0)
             if isinstance(e.__cause__, ApiException) and e.__cause__.status == 422:
                 raise KubernetesError(
@@ -500,12 +319,10 @@ class KubernetesBackend:
             problem = rollout_problem(deployment, generation)
             if problem is None:
                 return
-            observed = deployment.status.observed_generation if deployment.status else None
-            # A stale status may still carry the verdict on the previous rollout.
-            stalled = _deadline_exceeded(deployment) if (observed or 0) >= generation else None
-            if stalled:
+            why_stalled = stalled(deployment, generation)
+            if why_stalled:
                 raise KubernetesError(
-                    f"{self._where}: rollout of {what} failed: {stalled}; {problem}"
+                    f"{self._where}: rollout of {what} failed: {why_stalled}; {problem}"
                     f"{self._pods_note(deployment)}"
                 )
             if time.monotonic() > deadline:
@@ -535,11 +352,11 @@ class KubernetesBackend:
             pods = self._pods(deployment)
         except KubernetesError:
             return ""
-        not_ready = [p for p in pods if not _ready(p)]
+        not_ready = [p for p in pods if not pod_ready(p)]
         if not not_ready:
             return ""
-        note = f"; not ready: {', '.join(_pod_summary(p) for p in not_ready)}"
-        crashed = [p for p in not_ready if _restarts(p, self.container) > 0]
+        note = f"; not ready: {', '.join(pod_summary(p) for p in not_ready)}"
+        crashed = [p for p in not_ready if restarts(p, self.container) > 0]
         if crashed:  # vLLM says why it exits: a bad flag, out of memory, …
             note += self._crash_lines(crashed[0])
         return note
@@ -566,17 +383,6 @@ class KubernetesBackend:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         return f"; {pod.metadata.name}'s last log lines: {' | '.join(lines)}" if lines else ""
 
-    def _new_pod(self, deployment: Any, container: str, args: list[str]) -> Any | None:
-        """The newest Running and Ready pod whose container runs exactly `args`."""
-
-        def runs_args(pod: Any) -> bool:
-            return any(
-                c.name == container and list(c.args or []) == args for c in pod.spec.containers
-            )
-
-        candidates = [p for p in self._pods(deployment) if _ready(p) and runs_args(p)]
-        return max(candidates, key=lambda p: p.metadata.creation_timestamp) if candidates else None
-
     def _wait_serving(self, deployment: Any, container: str, args: list[str]) -> Any:
         """The new pod, once the Service answers /health and shows cache_config_info."""
         deadline = time.monotonic() + self.timeouts.serving_seconds
@@ -584,7 +390,7 @@ class KubernetesBackend:
         fetcher = Fetcher(self.service_url, self.timeouts.request_seconds, 64 * 1024 * 1024)
         try:
             while True:
-                pod = self._new_pod(deployment, container, args)
+                pod = newest_pod_running(self._pods(deployment), container, args)
                 problem = "no Running and Ready pod runs the patched args"
                 if pod is not None:
                     problem = _serving_problem(fetcher) or ""
@@ -619,18 +425,6 @@ class KubernetesBackend:
         return self._call(f"reading the log of pod {pod.metadata.name}", read)
 
 
-def _recorded_as(deployment: Any, ops: list[Any]) -> bool:
-    """Whether the annotation on `deployment` is what the `ops` of a patch left."""
-    value = (deployment.metadata.annotations or {}).get(ANNOTATION)
-    for op in ops:
-        if op["op"] == "remove":
-            return value is None
-        if op["op"] == "add":
-            added = op["value"] if op["path"] == _ANNOTATION_PATH else op["value"][ANNOTATION]
-            return bool(value == added)
-    return True
-
-
 def _serving_problem(fetcher: Fetcher) -> str | None:
     """Why the Service does not serve vLLM yet, or None."""
     try:
@@ -643,11 +437,4 @@ def _serving_problem(fetcher: Fetcher) -> str | None:
     return None
 
 
-__all__ = [
-    "KubernetesBackend",
-    "KubernetesError",
-    "Timeouts",
-    "label_selector",
-    "rollout_problem",
-    "served_model_name",
-]
+__all__ = ["KubernetesBackend", "KubernetesError", "Timeouts"]

@@ -193,6 +193,52 @@ def json_patch(document: Any, operations: list[dict[str, Any]]) -> Any:
 # -- the simulated cluster ---------------------------------------------------------------
 
 
+def deployment_manifest(
+    name: str = "vllm",
+    namespace: str = "lab",
+    container: str = "vllm",
+    args: Sequence[str] = (),
+    command: Sequence[str] = ("vllm", "serve"),
+    sidecars: Sequence[str] = (),
+    replicas: int = 1,
+) -> dict[str, Any]:
+    """A vLLM Deployment as the API server returns it, before any rollout."""
+    labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+    # Sidecars first, so the vLLM container's index in the patch is not always 0.
+    containers: list[dict[str, Any]] = [{"name": s, "image": f"example/{s}:1"} for s in sidecars]
+    vllm: dict[str, Any] = {"name": container, "image": "vllm/vllm-openai:v0.11.0"}
+    if command:
+        vllm["command"] = list(command)
+    if args:
+        vllm["args"] = list(args)
+    containers.append(vllm)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": "uid-deploy",
+            "generation": 1,
+            "resourceVersion": "1",
+            "labels": labels,
+        },
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": dict(labels)},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {"containers": containers},
+            },
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+            },
+        },
+        "status": {},
+    }
+
+
 @dataclass(frozen=True)
 class Recorded:
     method: str
@@ -270,42 +316,10 @@ class FakeCluster:
         self._lock = threading.RLock()
         self._pods: list[_Pod] = []
         self._serial = 0
-        labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": self.name}
-        # Sidecars first, so the vLLM container's index in the patch is not always 0.
-        containers: list[dict[str, Any]] = [
-            {"name": s, "image": f"example/{s}:1"} for s in self.sidecars
-        ]
-        vllm: dict[str, Any] = {"name": self.container, "image": "vllm/vllm-openai:v0.11.0"}
-        if self.command:
-            vllm["command"] = list(self.command)
-        if self.args:
-            vllm["args"] = list(self.args)
-        containers.append(vllm)
-        self.deployment: dict[str, Any] = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "uid": "uid-deploy",
-                "generation": 1,
-                "resourceVersion": "1",
-                "labels": labels,
-            },
-            "spec": {
-                "replicas": self.replicas,
-                "selector": {"matchLabels": dict(labels)},
-                "template": {
-                    "metadata": {"labels": dict(labels)},
-                    "spec": {"containers": containers},
-                },
-                "strategy": {
-                    "type": "RollingUpdate",
-                    "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
-                },
-            },
-            "status": {},
-        }
+        self.deployment: dict[str, Any] = deployment_manifest(
+            self.name, self.namespace, self.container, self.args, self.command,
+            self.sidecars, self.replicas,
+        )  # fmt: skip
         self._observe_at: float | None = 0.0
         self._rollout_started = 0.0
         for _ in range(self.replicas):

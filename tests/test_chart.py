@@ -616,12 +616,10 @@ def test_the_lab_job_runs_the_rendered_plan_against_the_rendered_deployment(tmp_
 
 
 def test_the_labs_role_allows_what_the_backend_does_on_the_rendered_deployment_only() -> None:
-    from kubernetes import client as k8s
     from vllm_glassbox.lab.backend import restoring
-    from vllm_glassbox.lab.kubernetes import KubernetesBackend
 
     from tests.k8s_double import FakeCluster
-    from tests.test_lab_kubernetes import FAST, _as_rbac
+    from tests.k8s_lab import backend_for, not_allowed
 
     rendered = rendered_ci("lab-values.yaml", "1.30.0")
     deployment = _deployment(rendered)
@@ -638,17 +636,10 @@ def test_the_labs_role_allows_what_the_backend_does_on_the_rendered_deployment_o
     args = [*vllm["args"], "--kv-cache-memory-bytes=33554432"]
     with FakeCluster(args, namespace="llm", name=deployment["metadata"]["name"],
                      sidecars=["glassbox"], command=[]) as cluster:  # fmt: skip
-        api = k8s.ApiClient(k8s.Configuration(host=cluster.api_url))
-        backend = KubernetesBackend(api, "llm", cluster.name, cluster.service_url, "vllm", FAST)
-        with restoring(backend) as b:
-            b.deploy({"--kv-cache-memory-bytes": "8388608"})
+        with restoring(backend_for(cluster)) as backend:
+            backend.deploy({"--kv-cache-memory-bytes": "8388608"})
         assert cluster.current_args == args
-    for group, resource, verb, name in {_as_rbac(r) for r in cluster.requests}:
-        assert any(
-            group in rule["apiGroups"] and resource in rule["resources"]
-            and verb in rule["verbs"] and name in rule.get("resourceNames", [name])
-            for rule in rules
-        ), (group, resource, verb, name)  # fmt: skip
+    assert not_allowed(rules, cluster.requests) == []
 
 
 # -- NOTES, the helm test, the exporter's imports, the probe ---------------------------

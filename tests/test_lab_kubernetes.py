@@ -12,51 +12,33 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
-from kubernetes import client as k8s
 from vllm_glassbox.exporter.startup_log import read_facts
 from vllm_glassbox.lab.args import REMOVE
 from vllm_glassbox.lab.backend import Backend, exit_code, restoring
-from vllm_glassbox.lab.kubernetes import (
-    ANNOTATION,
-    KubernetesBackend,
-    KubernetesError,
-    Timeouts,
-    label_selector,
-    rollout_problem,
-)
+from vllm_glassbox.lab.kubernetes import KubernetesBackend, KubernetesError, Timeouts
+from vllm_glassbox.lab.restore_protocol import ANNOTATION
 
 from tests.jobs import with_sigint_ignored
 from tests.k8s_double import BYTES_PER_TOKEN, FakeCluster, Fault, Recorded, wait_until
+from tests.k8s_lab import (
+    FAST,
+    ORIGINAL,
+    SMALL_POOL,
+    as_rbac,
+    backend_for,
+    not_allowed,
+    write_kubeconfig,
+)
 
 pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
 
 REPO = Path(__file__).resolve().parent.parent
-ORIGINAL = [
-    "/models/tiny", "--served-model-name", "tiny", "--max-model-len", "2048",
-    "--kv-cache-memory-bytes", "33554432", "--enforce-eager",
-]  # fmt: skip
-FAST = Timeouts(rollout_seconds=5, serving_seconds=2, request_seconds=2, poll_seconds=0.02)
-SMALL_POOL = {"--kv-cache-memory-bytes": "8388608"}
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    with FakeCluster(list(ORIGINAL), sidecars=["exporter"]) as c:
-        yield c
-
-
-def backend_for(cluster: FakeCluster, **options: Any) -> KubernetesBackend:
-    api = k8s.ApiClient(k8s.Configuration(host=cluster.api_url))
-    options.setdefault("container", cluster.container)
-    options.setdefault("timeouts", FAST)
-    return KubernetesBackend(api, cluster.namespace, cluster.name, cluster.service_url, **options)
 
 
 def _log_reads(cluster: FakeCluster) -> list[str]:
@@ -373,14 +355,7 @@ def test_a_bad_override_is_refused_before_any_patch(cluster: FakeCluster) -> Non
 def test_from_environment_falls_back_to_kube_config(
     cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
-        "clusters": [{"name": "double", "cluster": {"server": cluster.api_url}}],
-        "users": [{"name": "me", "user": {"token": "not-a-secret"}}],
-        "contexts": [{"name": "lab", "context": {"cluster": "double", "user": "me",
-                                                 "namespace": "lab"}}],
-    }))  # fmt: skip
+    kubeconfig = write_kubeconfig(tmp_path / "config", cluster, namespace="lab")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 
@@ -485,17 +460,6 @@ def _doc_manifests() -> list[dict[str, Any]]:
     return [d for d in docs if isinstance(d, dict) and "kind" in d]
 
 
-def _as_rbac(request: Recorded) -> tuple[str, str, str, str | None]:
-    """(API group, resource, verb, name) of a request, as RBAC sees it."""
-    parts = request.path.strip("/").split("/")
-    group, rest = (parts[1], parts[3:]) if parts[0] == "apis" else ("", parts[2:])
-    resource, name = rest[2], (rest[3] if len(rest) > 3 else None)
-    if len(rest) > 4:
-        resource += "/" + rest[4]
-    verb = "patch" if request.method == "PATCH" else ("get" if name else "list")
-    return group, resource, verb, name
-
-
 def test_the_documented_manifests_are_valid_kubernetes_objects() -> None:
     manifests = _doc_manifests()
     assert sorted(m["kind"] for m in manifests) == ["Job", "Role", "RoleBinding", "ServiceAccount"]
@@ -512,67 +476,15 @@ def test_the_documented_role_allows_what_the_backend_does_and_no_more(
     with restoring(backend_for(cluster)) as backend:
         backend.deploy(SMALL_POOL)
 
-    used = {_as_rbac(r) for r in cluster.requests}
+    used = {as_rbac(r) for r in cluster.requests}
     assert {u[:3] for u in used} == {
         ("apps", "deployments", "get"), ("apps", "deployments", "patch"),
         ("", "pods", "list"), ("", "pods/log", "get"),
     }  # fmt: skip
-    for group, resource, verb, name in used:
-        assert any(
-            group in rule["apiGroups"] and resource in rule["resources"]
-            and verb in rule["verbs"] and name in rule.get("resourceNames", [name])
-            for rule in rules
-        ), (group, resource, verb, name)  # fmt: skip
+    assert not_allowed(rules, cluster.requests) == []
 
 
 # -- pure parts --------------------------------------------------------------------------
-
-
-def _deployment(want: int, generation: int, **status: int) -> k8s.V1Deployment:
-    return k8s.V1Deployment(
-        metadata=k8s.V1ObjectMeta(generation=generation),
-        spec=k8s.V1DeploymentSpec(
-            replicas=want, selector=k8s.V1LabelSelector(), template=k8s.V1PodTemplateSpec()
-        ),
-        status=k8s.V1DeploymentStatus(**status),
-    )
-
-
-@pytest.mark.parametrize(
-    ("deployment", "problem"),
-    [
-        (_deployment(1, 3, observed_generation=2, replicas=1, updated_replicas=1,
-                     available_replicas=1),
-         "the controller has not seen generation 3 yet (observed 2)"),
-        (_deployment(2, 3, observed_generation=3, replicas=2, updated_replicas=1,
-                     available_replicas=2),
-         "1 of 2 replicas run the new template"),
-        (_deployment(1, 3, observed_generation=3, replicas=2, updated_replicas=1,
-                     available_replicas=1),
-         "1 old replicas pending termination"),
-        (_deployment(2, 3, observed_generation=3, replicas=2, updated_replicas=2,
-                     available_replicas=1),
-         "1 of 2 updated replicas are available"),
-        (_deployment(2, 3, observed_generation=3, replicas=2, updated_replicas=2,
-                     available_replicas=2),
-         None),
-    ],
-)  # fmt: skip
-def test_rollout_problem(deployment: k8s.V1Deployment, problem: str | None) -> None:
-    assert rollout_problem(deployment, 3) == problem
-
-
-def test_label_selector_renders_labels_and_expressions() -> None:
-    selector = k8s.V1LabelSelector(
-        match_labels={"b": "2", "a": "1"},
-        match_expressions=[
-            k8s.V1LabelSelectorRequirement(key="tier", operator="In", values=["x", "y"]),
-            k8s.V1LabelSelectorRequirement(key="env", operator="NotIn", values=["dev"]),
-            k8s.V1LabelSelectorRequirement(key="gpu", operator="Exists"),
-            k8s.V1LabelSelectorRequirement(key="old", operator="DoesNotExist"),
-        ],
-    )
-    assert label_selector(selector) == "a=1,b=2,tier in (x,y),env notin (dev),gpu,!old"
 
 
 def test_exit_codes_follow_the_shell_convention() -> None:

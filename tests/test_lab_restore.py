@@ -13,45 +13,21 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client as k8s
 from vllm_glassbox.lab.backend import restoring
-from vllm_glassbox.lab.kubernetes import (
-    ANNOTATION,
-    KubernetesBackend,
-    KubernetesError,
-    Timeouts,
-)
+from vllm_glassbox.lab.kubernetes import KubernetesError
+from vllm_glassbox.lab.restore_protocol import ANNOTATION
 
 from tests.k8s_double import FakeCluster, wait_until
+from tests.k8s_lab import ORIGINAL, SMALL_POOL, backend_for, write_kubeconfig
 
 pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
 
 REPO = Path(__file__).resolve().parent.parent
-ORIGINAL = [
-    "/models/tiny", "--served-model-name", "tiny", "--max-model-len", "2048",
-    "--kv-cache-memory-bytes", "33554432", "--enforce-eager",
-]  # fmt: skip
-FAST = Timeouts(rollout_seconds=5, serving_seconds=2, request_seconds=2, poll_seconds=0.02)
-SMALL_POOL = {"--kv-cache-memory-bytes": "8388608"}
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    with FakeCluster(list(ORIGINAL), sidecars=["exporter"]) as c:
-        yield c
-
-
-def backend_for(cluster: FakeCluster, **options: Any) -> KubernetesBackend:
-    api = k8s.ApiClient(k8s.Configuration(host=cluster.api_url))
-    options.setdefault("container", cluster.container)
-    options.setdefault("timeouts", FAST)
-    return KubernetesBackend(api, cluster.namespace, cluster.name, cluster.service_url, **options)
 
 
 def record(cluster: FakeCluster) -> dict[str, Any] | None:
@@ -191,13 +167,7 @@ def write_plan(tmp_path: Path, cluster: FakeCluster, phases: list[dict[str, Any]
 
 
 def lab_env(tmp_path: Path, cluster: FakeCluster) -> dict[str, str]:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
-        "clusters": [{"name": "double", "cluster": {"server": cluster.api_url}}],
-        "users": [{"name": "me", "user": {"token": "not-a-secret"}}],
-        "contexts": [{"name": "lab", "context": {"cluster": "double", "user": "me"}}],
-    }))  # fmt: skip
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", cluster)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     return {**env, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(REPO)}
 
