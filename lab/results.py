@@ -22,8 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from vllm_glassbox.exporter import derive
-
-GIB = 1024**3
+from vllm_glassbox.units import GIB
 
 JSON = dict[str, Any]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,13 +49,13 @@ from vllm_glassbox.lab.findings import fit_line, spread
 from vllm_glassbox.lab.measure import Completion, increase
 from vllm_glassbox.lab.report import render_markdown, why_empty, write_outputs
 from vllm_glassbox.lab.results import (
-    GIB,
     LabResults,
     Peak,
     PhaseResult,
     RequestStats,
     Startup,
 )
+from vllm_glassbox.units import GIB
 
 from tests.fixtures import log, page
 
