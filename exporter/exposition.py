@@ -117,11 +117,11 @@ def derived_families(state: PollState) -> list[Metric]:
         if cache is None:
             continue
         labels = _engine_labels(key)
-        pool = state.kv_pools.get(key, _UNKNOWN_POOL)
+        kv = state.kv_pools.get(key, _UNKNOWN_POOL)
         _add(blocks, labels, kv_cache_blocks(cache))
         _add(block_size, labels, cache.block_size)
-        _add(capacity, labels, pool.capacity_tokens)
-        _add(used, labels, pool.used_tokens)
+        _add(capacity, labels, kv.capacity_tokens)
+        _add(used, labels, kv.used_tokens)
     return [*families, blocks, block_size, capacity, used]
 
 

@@ -23,6 +23,7 @@ from vllm_glassbox.exporter.fetch import TargetCredentials, fetch_once
 from vllm_glassbox.exporter.service import ExporterConfig, serve
 from vllm_glassbox.exporter.textformat import parse_samples
 from vllm_glassbox.lab.backend import Deployed
+from vllm_glassbox.lab.compared import COMPARED_NAMES
 from vllm_glassbox.lab.results import ExporterSeries
 from vllm_glassbox.lab.telemetry import Observer, Segment
 
@@ -31,17 +32,8 @@ INTERVAL_SECONDS = 2.0  # as often as the lab's own timeline: vLLM's API server 
 POLL_TIMEOUT_SECONDS = 3.0
 WINDOW_SECONDS = 3600.0
 
-#: The exporter's series the report sets beside the lab's numbers (analysis.segment_values).
-COMPARED = (
-    "glassbox_time_per_output_token_seconds",
-    "glassbox_tokens_per_forward_pass",
-    "glassbox_spec_decode_acceptance_ratio",
-    "glassbox_kv_cache_capacity_tokens",
-    "glassbox_model_weights_bytes",
-    "glassbox_weight_read_bandwidth_bytes_per_second",
-    "glassbox_memory_bandwidth_utilization_ratio",
-)
-#: Read besides: whether it sees vLLM, when it last did, and how many of its polls failed.
+#: Read besides the compared series (`compared.py`): whether it sees vLLM, when it last
+#: did, and how many of its polls failed.
 ALSO_READ = (
     "glassbox_target_up",
     "glassbox_last_scrape_success_timestamp_seconds",
@@ -113,7 +105,7 @@ class ExporterBeside(Observer):
                 self.keep(ExporterSeries(segment.title, values))
         self.close()
 
-    def read(self, names: Sequence[str] = (*ALSO_READ, *COMPARED)) -> dict[str, float]:
+    def read(self, names: Sequence[str] = (*ALSO_READ, *COMPARED_NAMES)) -> dict[str, float]:
         """The exporter's derived series now, summed over engines (one engine here)."""
         try:
             text = fetch_once(self.url, "/metrics", timeout_seconds=5.0)
