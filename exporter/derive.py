@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.startup_log import ColdStart, read_cold_starts
-
-GIB = 1024**3
+from vllm_glassbox.units import GIB
 
 
 def counter_increase(before: float, after: float) -> float:

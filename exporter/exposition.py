@@ -20,26 +20,23 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from vllm_glassbox.build import Build
 from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter.derive import (
-    Context,
     FirstRequests,
     Increase,
     decode_floor_seconds,
     first_request_prefill_seconds,
     kv_cache_blocks,
-    kv_cache_capacity_tokens,
     kv_cache_exhaustion_seconds,
     kv_cache_free_tokens,
     kv_cache_headroom_requests,
-    kv_cache_used_tokens,
     model_load_bytes_per_second,
     spec_position_acceptance,
     startup_stages,
     warm_request_prefill_seconds,
 )
 from vllm_glassbox.exporter.errors import ERROR_REASONS
-from vllm_glassbox.exporter.kv_trend import Growth
+from vllm_glassbox.exporter.kv_trend import Growth, KvPool
 from vllm_glassbox.exporter.layout import ParallelLayout
-from vllm_glassbox.exporter.snapshot import KV_USAGE, RUNNING, EngineKey, Snapshot
+from vllm_glassbox.exporter.snapshot import RUNNING, EngineKey, Snapshot
 from vllm_glassbox.exporter.startup_log import ColdStart
 from vllm_glassbox.exporter.weights import Weights
 
@@ -67,6 +64,8 @@ class PollState:
     first_requests: Mapping[EngineKey, FirstRequests] = field(default_factory=dict)
     polled_at: float | None = None  # monotonic time of the latest poll (windows end there)
     used_tokens_growth: Mapping[EngineKey, Growth] = field(default_factory=dict)
+    # Each engine's KV pool as of this poll (`kv_trend.kv_pools`), computed once by the poll.
+    kv_pools: Mapping[EngineKey, KvPool] = field(default_factory=dict)
     # Shapes of vLLM's latest start in its log that glassbox does not read (shape -> line).
     log_unrecognised: Mapping[str, str] = field(default_factory=dict)
     kv_hybrid_in_log: bool = False  # the log says the KV pool is shared by layer groups
@@ -74,6 +73,9 @@ class PollState:
 
 def _engine_labels(key: EngineKey) -> list[str]:
     return [key.model_name, key.engine]
+
+
+_UNKNOWN_POOL = KvPool(None, None)
 
 
 def _add(
@@ -88,11 +90,7 @@ def derived_families(state: PollState) -> list[Metric]:
     """The series computed from vLLM's counters; empty while the target is down."""
     if not state.up or state.snapshot is None:
         return []
-    context = Context(
-        weights_bytes=state.weights.read_per_step if state.weights else None,
-        peak_bandwidth=state.peak_bandwidth,
-        tensor_parallel=state.layout.tensor,
-    )
+    context = series.derivation_context(state.weights, state.peak_bandwidth, state.layout.tensor)
     window = state.window_seconds
     families: list[Metric] = []
     for windowed in series.WINDOWED:
@@ -114,18 +112,16 @@ def derived_families(state: PollState) -> list[Metric]:
 
     pool = (series.KV_BLOCKS, series.KV_BLOCK_SIZE, series.KV_CAPACITY, series.KV_USED)
     blocks, block_size, capacity, used = (family.new() for family in pool)
-    for key, sample in state.snapshot.engines.items():
+    for key in state.snapshot.engines:
         cache = state.snapshot.cache_for(key)
         if cache is None:
             continue
         labels = _engine_labels(key)
-        tokens = kv_cache_capacity_tokens(
-            cache, state.kv_cache_logged_tokens, state.kv_hybrid_in_log
-        )
+        kv = state.kv_pools.get(key, _UNKNOWN_POOL)
         _add(blocks, labels, kv_cache_blocks(cache))
         _add(block_size, labels, cache.block_size)
-        _add(capacity, labels, tokens)
-        _add(used, labels, kv_cache_used_tokens(sample.gauges.get(KV_USAGE), tokens))
+        _add(capacity, labels, kv.capacity_tokens)
+        _add(used, labels, kv.used_tokens)
     return [*families, blocks, block_size, capacity, used]
 
 
@@ -142,10 +138,9 @@ def static_families(state: PollState) -> list[Metric]:
         families.append(series.ACTIVE_WEIGHTS_BYTES.single(state.weights.active_bytes))
     if state.peak_bandwidth is not None:
         families.append(series.PEAK_BANDWIDTH.single(state.peak_bandwidth))
+    context = series.derivation_context(state.weights, state.peak_bandwidth, layout.tensor)
     floor = decode_floor_seconds(
-        state.weights.read_per_step if state.weights else None,
-        state.peak_bandwidth,
-        layout.tensor,
+        context.weights_bytes, context.peak_bandwidth, context.tensor_parallel
     )
     if floor is not None:
         families.append(series.DECODE_FLOOR.single(floor))
@@ -183,11 +178,8 @@ def kv_headroom_families(state: PollState) -> list[Metric]:
     headroom = series.KV_HEADROOM.new()
     exhaustion = series.KV_EXHAUSTION.new()
     for key, sample in sorted(state.snapshot.engines.items()):
-        cache = state.snapshot.cache_for(key)
-        capacity = kv_cache_capacity_tokens(
-            cache, state.kv_cache_logged_tokens, state.kv_hybrid_in_log
-        )
-        used = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
+        pool = state.kv_pools.get(key, _UNKNOWN_POOL)
+        used, capacity = pool.used_tokens, pool.capacity_tokens
         labels = _engine_labels(key)
         left = kv_cache_free_tokens(used, capacity)
         _add(free, labels, left)

@@ -1,8 +1,9 @@
-"""How fast each engine's KV pool fills: used tokens over the window.
+"""Each engine's KV pool as of one poll, and how fast it fills: used tokens over the window.
 
-The history of counters (`history.py`) cannot say this: used tokens are a gauge. This
-keeps one reading per poll and engine, bounded like the history, and gives the growth
-from the oldest poll in the window to the latest.
+The pool (capacity and used tokens) is computed once per poll (`kv_pools`), for the page
+and for the trend. The history of counters (`history.py`) cannot say how fast it fills:
+used tokens are a gauge. The trend keeps one reading per poll and engine, bounded like
+the history, and gives the growth from the oldest poll in the window to the latest.
 """
 
 from __future__ import annotations
@@ -15,19 +16,30 @@ from vllm_glassbox.exporter.derive import kv_cache_capacity_tokens, kv_cache_use
 from vllm_glassbox.exporter.snapshot import KV_USAGE, EngineKey, Snapshot
 
 
-def used_tokens(
+@dataclass(frozen=True)
+class KvPool:
+    """One engine's KV pool as of one poll; None where it is not known."""
+
+    capacity_tokens: int | None
+    used_tokens: float | None
+
+
+def kv_pools(
     snapshot: Snapshot, logged_tokens: int | None = None, hybrid: bool = False
-) -> dict[EngineKey, float]:
-    """Used KV tokens of every engine whose pool is known, as of one poll (the pool by the
-    core's one rule: the page, else the log's `logged_tokens`; `hybrid`: the log says the
-    pool is shared by layer groups)."""
-    used: dict[EngineKey, float] = {}
+) -> dict[EngineKey, KvPool]:
+    """Every engine's pool as of one poll, by the core's one rule: the page, else the
+    log's `logged_tokens` (`hybrid`: the log says the pool is shared by layer groups)."""
+    pools: dict[EngineKey, KvPool] = {}
     for key, sample in snapshot.engines.items():
         capacity = kv_cache_capacity_tokens(snapshot.cache_for(key), logged_tokens, hybrid)
-        tokens = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
-        if tokens is not None:
-            used[key] = tokens
-    return used
+        used = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
+        pools[key] = KvPool(capacity, used)
+    return pools
+
+
+def used_tokens(pools: Mapping[EngineKey, KvPool]) -> dict[EngineKey, float]:
+    """Used KV tokens of every engine whose pool is known."""
+    return {key: pool.used_tokens for key, pool in pools.items() if pool.used_tokens is not None}
 
 
 @dataclass(frozen=True)

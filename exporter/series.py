@@ -19,6 +19,7 @@ from typing import Literal
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.derive import Context, Increase
+from vllm_glassbox.exporter.weights import Weights
 
 ENGINE = ("model_name", "engine")  # vLLM's labels of one engine (data-parallel rank)
 START = ("model_name", "start")  # one start of vLLM, from its log
@@ -61,6 +62,20 @@ class WindowedSeries(Family):
     """A per-engine ratio of counter increases over the window."""
 
     compute: Callable[[Increase, Context], float | None]
+
+
+def derivation_context(
+    weights: Weights | None, peak_bandwidth: float | None, tensor_parallel: int
+) -> Context:
+    """What the weight-based series are computed with, for the exporter's page and the
+    lab's numbers beside it alike: the bytes one decode step reads (the whole model, or a
+    mixture-of-experts model's active weights), one GPU's peak bandwidth and the
+    tensor-parallel size of the layout."""
+    return Context(
+        weights_bytes=weights.read_per_step if weights else None,
+        peak_bandwidth=peak_bandwidth,
+        tensor_parallel=tensor_parallel,
+    )
 
 
 def _windowed(

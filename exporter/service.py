@@ -28,10 +28,10 @@ from vllm_glassbox.exporter.exposition import PollState, build_families, unrecog
 from vllm_glassbox.exporter.fetch import DEFAULT_MAX_BYTES, Fetcher, TargetCredentials
 from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
 from vllm_glassbox.exporter.history import History
-from vllm_glassbox.exporter.kv_trend import UsedTokensTrend, used_tokens
+from vllm_glassbox.exporter.kv_trend import KvPool, UsedTokensTrend, kv_pools, used_tokens
 from vllm_glassbox.exporter.layout import ParallelLayout, resolve_layout
 from vllm_glassbox.exporter.server import Answer, MetricsServer
-from vllm_glassbox.exporter.snapshot import FILTERED_PAGE_PATH, Snapshot, read_snapshot
+from vllm_glassbox.exporter.snapshot import FILTERED_PAGE_PATH, EngineKey, Snapshot, read_snapshot
 from vllm_glassbox.exporter.startup_log import LogFollower, StartupFacts
 from vllm_glassbox.exporter.textformat import Limits
 from vllm_glassbox.exporter.webconfig import WebConfigSource
@@ -150,10 +150,6 @@ class Poller:
         if snapshot is not None:
             restarted = self.history.add(snapshot, started)
             self.engines = len(snapshot.engines)
-            facts = self._facts()
-            logged = facts.kv_cache_tokens if facts else None
-            hybrid = facts.hybrid_kv if facts else False
-            self.used_tokens.add(started, used_tokens(snapshot, logged, hybrid))
             self.first_requests.observe(snapshot, started, restarted)
             self.polled_at = started
             self.last_success_unix = time.time()
@@ -164,12 +160,22 @@ class Poller:
                 self.log_follower.poll()
             except OSError as e:
                 log.warning("cannot read vLLM log path=%s err=%s", self.config.vllm_log, e)
+        pools = self._kv_pools(snapshot) if snapshot is not None else {}
+        if snapshot is not None:
+            self.used_tokens.add(started, used_tokens(pools))
         duration = self.clock() - started
         if snapshot is not None:
             self._note_lateness(duration)
         self.up = snapshot is not None
-        self._publish(up=self.up, duration=duration, snapshot=snapshot)
+        self._publish(up=self.up, duration=duration, snapshot=snapshot, pools=pools)
         return self.up
+
+    def _kv_pools(self, snapshot: Snapshot) -> dict[EngineKey, KvPool]:
+        """Each engine's KV pool, once per poll for the page and the trend, with the log as
+        this poll left it."""
+        facts = self._facts()
+        logged = facts.kv_cache_tokens if facts else None
+        return kv_pools(snapshot, logged, facts.hybrid_kv if facts else False)
 
     def _read_page(self, deadline: float) -> Snapshot:
         """vLLM's page, asked for only the samples glassbox reads where vLLM serves them
@@ -234,7 +240,13 @@ class Poller:
         except (ScrapeError, ValueError, AttributeError):
             return None
 
-    def _publish(self, up: bool | None, duration: float, snapshot: Snapshot | None) -> None:
+    def _publish(
+        self,
+        up: bool | None,
+        duration: float,
+        snapshot: Snapshot | None,
+        pools: Mapping[EngineKey, KvPool] | None = None,
+    ) -> None:
         facts = self._facts()
         state = PollState(
             up=up,
@@ -253,6 +265,7 @@ class Poller:
             first_requests=dict(self.first_requests.first),
             polled_at=self.polled_at,
             used_tokens_growth=self.used_tokens.growth() if up else {},
+            kv_pools=pools or {},
             vllm_version=self.vllm_version,
             build=this_build(),
             layout=self.layout(),

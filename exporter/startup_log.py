@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-GIB = 1024**3
+from vllm_glassbox.units import GIB
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Numbers as vLLM writes them, and no longer: a line whose number does not fit (1.2.3, a

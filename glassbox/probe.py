@@ -18,24 +18,22 @@ import argparse
 from collections.abc import Sequence
 from functools import partial
 
-from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import TargetCredentials, fetch_once
+from vllm_glassbox.exporter.own_page import ExporterPage
 from vllm_glassbox.helptext import examples
 from vllm_glassbox.units import base_url_problems
 
 
 def exporter_problem(text: str) -> str | None:
-    """Why an exporter's /metrics page does not show a working exporter; None if it does."""
-    samples = {
-        s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
-    }
-    if "glassbox_build_info" not in samples:
+    """Why an exporter's /metrics page does not show a working exporter; None if it does
+    (ValueError when the text is not exposition text)."""
+    page = ExporterPage.parse(text)
+    if not page.has("glassbox_build_info"):
         return "no glassbox_build_info: not a glassbox exporter"
-    up = samples.get("glassbox_target_up")
-    if up is None:
+    if page.target_up is None:
         return "no glassbox_target_up"
-    if up != 1:
+    if not page.target_up:
         return "glassbox_target_up is 0: the exporter cannot read vLLM (its log says why)"
     return None
 

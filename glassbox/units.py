@@ -1,11 +1,14 @@
 """Parsing of what people type in flags: durations, byte rates, HOST:PORT addresses, the
-base URLs of servers."""
+base URLs of servers; and the one binary unit glassbox speaks in."""
 
 from __future__ import annotations
 
 import math
 import re
 from urllib.parse import urlparse
+
+#: Bytes in a GiB (vLLM's "GB" in its log is this too).
+GIB = 1024**3
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
 _SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

@@ -3,7 +3,8 @@ startup logs.
 
 Every per-request number is a function of the derivation core (`exporter/derive.py`);
 this module gathers them: the facts of one server start, the numbers of some measured
-requests, and a segment's numbers to compare with the exporter's. A kind's own
+requests, and a segment's numbers to compare with the exporter's (by the exporter's own
+catalogue and derivation context, `exporter/series.py`). A kind's own
 arithmetic (a variant, a point of the KV-pressure timeline) is in its module
 (`lab/experiments/`); what the numbers mean — medians, the fitted line, acts, speed-ups —
 is `findings.py` and the kinds' judgements.
@@ -16,7 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter import derive, series
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import Increase
 from vllm_glassbox.exporter.layout import resolve_layout
@@ -28,8 +29,10 @@ from vllm_glassbox.exporter.weights import (
     read_checkpoint_weights,
     resolve_weights,
 )
+from vllm_glassbox.lab.compared import COMPARED
 from vllm_glassbox.lab.measure import Completion
-from vllm_glassbox.lab.results import GIB, RequestStats, Startup
+from vllm_glassbox.lab.results import RequestStats, Startup
+from vllm_glassbox.units import GIB
 
 # --- one server start ----------------------------------------------------------------------
 
@@ -55,10 +58,12 @@ def startup_facts(
 ) -> Startup:
     """Weights, KV memory and tokens, blocks and block size of the server just started.
 
-    Weights and the KV pool as the exporter resolves them (the same functions): weights
-    from the log (what was loaded, the whole model; absent on CPU), then the checkpoint;
-    KV tokens from the cache config, then the log. The
-    quantization vLLM applies from its engine-config line, else the checkpoint's config.
+    Weights, the KV pool and its memory as the exporter resolves them (the same
+    functions): weights from the log (what was loaded, the whole model; absent on CPU),
+    then the checkpoint, with a mixture-of-experts checkpoint's active weights; KV tokens
+    from the cache config, then the log; KV memory from the log's "Available KV cache
+    memory" alone. The quantization vLLM applies from its engine-config line, else the
+    checkpoint's config.
     """
     facts = read_facts(startup_log)
     engines = len(snapshot.engines) if snapshot is not None else None
@@ -68,16 +73,13 @@ def startup_facts(
     if snapshot is not None and snapshot.engines:
         cache = snapshot.cache_for(next(iter(snapshot.engines)))
     kv_tokens = derive.kv_cache_capacity_tokens(cache, facts.kv_cache_tokens, facts.hybrid_kv)
-    kv_memory = facts.kv_cache_memory_bytes
-    if kv_memory is None and cache is not None and cache.kv_cache_memory_bytes is not None:
-        kv_memory = float(cache.kv_cache_memory_bytes)
     return Startup(
         served_model_name=served_model_name,
         startup_seconds=startup_seconds,
         weights_bytes=weights.bytes if weights else None,
         weights_source=weights.source if weights else None,
         load_seconds=facts.model_load_seconds or facts.weights_load_seconds,
-        kv_cache_memory_bytes=kv_memory,
+        kv_cache_memory_bytes=facts.kv_cache_memory_bytes,
         kv_cache_tokens=kv_tokens,
         kv_cache_blocks=derive.kv_cache_blocks(cache),
         block_size=cache.block_size if cache else None,
@@ -89,6 +91,7 @@ def startup_facts(
         stages=startup_stages(startup_log),
         default_repetition_penalty=generation_default(model_dir, "repetition_penalty"),
         tensor_parallel=layout.tensor,
+        active_weights_bytes=weights.active_bytes if weights else None,
     )
 
 
@@ -180,24 +183,25 @@ def request_stats(completions: Sequence[Completion], d: Increase) -> RequestStat
 def segment_values(
     d: Increase, startup: Startup | None, peak: float | None
 ) -> dict[str, float | None]:
-    """The exporter's series over the segment, computed by the lab from its own snapshots
-    (same core functions, same span), to set beside what the exporter published."""
-    weights = startup.weights_bytes if startup else None
-    tp = startup.tensor_parallel if startup else 1
+    """The compared series over the segment, computed by the lab from its own snapshots
+    (same span) as the exporter computes them: a windowed series by the catalogue's
+    function with the exporter's derivation context, the weights and the KV pool as the
+    server's start resolved them."""
+    context = series.derivation_context(
+        startup.weights if startup else None, peak, startup.tensor_parallel if startup else 1
+    )
+    kv_tokens = startup.kv_cache_tokens if startup else None
+    resolved = {
+        series.WEIGHTS_BYTES.name: startup.weights_bytes if startup else None,
+        series.KV_CAPACITY.name: None if kv_tokens is None else float(kv_tokens),
+    }
     return {
-        "glassbox_time_per_output_token_seconds": derive.time_per_output_token(d),
-        "glassbox_tokens_per_forward_pass": derive.tokens_per_forward_pass(d),
-        "glassbox_spec_decode_acceptance_ratio": derive.spec_acceptance_ratio(d),
-        "glassbox_kv_cache_capacity_tokens": (
-            float(startup.kv_cache_tokens) if startup and startup.kv_cache_tokens else None
-        ),
-        "glassbox_model_weights_bytes": weights,
-        "glassbox_weight_read_bandwidth_bytes_per_second": derive.weight_read_bandwidth_per_gpu(
-            d, weights, tp
-        ),
-        "glassbox_memory_bandwidth_utilization_ratio": derive.memory_bandwidth_utilization(
-            d, weights, peak, tp
-        ),
+        c.name: (
+            c.family.compute(d, context)
+            if isinstance(c.family, series.WindowedSeries)
+            else resolved[c.name]
+        )
+        for c in COMPARED
     }
 
 

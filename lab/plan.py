@@ -34,10 +34,11 @@ from vllm_glassbox.lab.plan_yaml import (
     unique,
 )
 from vllm_glassbox.lab.tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
+from vllm_glassbox.units import GIB
 
 TINY_PREFIX = "tiny:"
 #: Largest random checkpoint a plan may ask to write; bigger models use vLLM's dummy loader.
-MAX_CHECKPOINT_BYTES = 4 * 1024**3
+MAX_CHECKPOINT_BYTES = 4 * GIB
 _PHASE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
@@ -190,7 +191,7 @@ def _tiny_model(node: Node, name: str) -> TinyModelSpec | None:
     elif spec.writes_checkpoint and spec.parameter_count() * 2 > MAX_CHECKPOINT_BYTES:
         node.problem(
             "checkpoint",
-            f"would write {spec.parameter_count() * 2 / 1024**3:.1f} GiB of random weights: "
+            f"would write {spec.parameter_count() * 2 / GIB:.1f} GiB of random weights: "
             "set `checkpoint: false` and serve it with --load-format dummy",
         )
     return spec

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from vllm_glassbox.lab import findings
+from vllm_glassbox.lab.compared import COMPARED
 from vllm_glassbox.lab.experiments import for_body
 from vllm_glassbox.lab.report_format import (
     error_block,
@@ -31,21 +32,8 @@ from vllm_glassbox.lab.report_format import (
     table,
     when,
 )
-from vllm_glassbox.lab.results import GIB, STARTUP_STAGES, LabResults, PhaseResult
-from vllm_glassbox.lab.sidecar import COMPARED
+from vllm_glassbox.lab.results import STARTUP_STAGES, LabResults, PhaseResult
 from vllm_glassbox.prometheus import Prometheus
-
-#: The exporter's series in the report: (name, title, scale).
-SERIES_TITLES = {
-    "glassbox_time_per_output_token_seconds": ("TPOT ms", 1000.0),
-    "glassbox_tokens_per_forward_pass": ("tokens/pass", 1.0),
-    "glassbox_spec_decode_acceptance_ratio": ("acceptance", 1.0),
-    "glassbox_kv_cache_capacity_tokens": ("KV tokens", 1.0),
-    "glassbox_model_weights_bytes": ("weights GiB", 1 / GIB),
-    "glassbox_weight_read_bandwidth_bytes_per_second": ("weight reads GB/s", 1e-9),
-    "glassbox_memory_bandwidth_utilization_ratio": ("of peak", 1.0),
-}
-
 
 STAGE_TITLES = {
     "weights_load": "weights load s",
@@ -244,9 +232,9 @@ def _exporter_section(results: LabResults) -> list[str]:
     disagreements = []
     for e in results.exporter:
         mine = lab_values.get(e.segment, {})
-        for name in COMPARED:
-            title, scale = SERIES_TITLES[name]
-            exported, measured = e.values.get(name), mine.get(name)
+        for compared in COMPARED:
+            title, scale = compared.title, compared.scale
+            exported, measured = e.values.get(compared.name), mine.get(compared.name)
             if exported is None and measured is None:
                 continue
             agreed = findings.agree(exported, measured)

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from vllm_glassbox.lab.results import GIB, PhaseResult, Spread, Startup
+from vllm_glassbox.lab.results import PhaseResult, Spread, Startup
+from vllm_glassbox.units import GIB
 
 
 def num(value: float | None, digits: int = 3, scale: float = 1.0) -> str:

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from vllm_glassbox.exporter import derive
-
-GIB = 1024**3
+from vllm_glassbox.exporter.weights import Weights
+from vllm_glassbox.units import GIB
 
 JSON = dict[str, Any]
 
@@ -72,14 +72,26 @@ class Startup:
     default_repetition_penalty: float | None = None
     #: vLLM's tensor-parallel size (the exporter's layout rule): per-GPU bandwidth and floor.
     tensor_parallel: int = 1
+    #: A mixture-of-experts model's weights one token reads (the exporter's
+    #: glassbox_model_active_weights_bytes); None for a dense model.
+    active_weights_bytes: float | None = None
 
     @property
     def weights_gib(self) -> float | None:
         return None if self.weights_bytes is None else self.weights_bytes / GIB
 
+    @property
+    def weights(self) -> Weights | None:
+        """The weights as the exporter resolved them, active bytes included."""
+        if self.weights_bytes is None:
+            return None
+        return Weights(self.weights_bytes, self.weights_source or "", self.active_weights_bytes)
+
     def to_json(self) -> JSON:
         body = asdict(self)
         body["stages"] = {stage: self.stages.get(stage) for stage in STARTUP_STAGES}
+        if self.active_weights_bytes is None:  # as on the exporter's page: for MoE models only
+            del body["active_weights_bytes"]
         return {**body, "weights_gib": self.weights_gib}
 
 

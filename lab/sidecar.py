@@ -4,7 +4,8 @@ same workload the lab measures, for the report (and for a Prometheus, in the dem
 It runs in the lab's process (`exporter/service.py`), on one fixed port across
 restarts, pointed at the server's log and checkpoint and given the run's peak memory
 bandwidth. It starts when the server is ready and waits for its first poll of the idle
-server; at the end of the segment, after one more poll, its derived series are kept.
+server; at the end of the segment, once it has polled since the workload ended
+(`ExporterPage.polled_since`), its derived series are kept.
 
 Its window is as long as a segment can be, so that at the end of a segment its windowed
 series cover exactly the requests of that segment — the span of the lab's own numbers
@@ -19,10 +20,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import TargetCredentials, fetch_once
+from vllm_glassbox.exporter.fetch import TargetCredentials
+from vllm_glassbox.exporter.own_page import ExporterPage, read_exporter_page
 from vllm_glassbox.exporter.service import ExporterConfig, serve
-from vllm_glassbox.exporter.textformat import parse_samples
 from vllm_glassbox.lab.backend import Deployed
+from vllm_glassbox.lab.compared import COMPARED_NAMES
 from vllm_glassbox.lab.results import ExporterSeries
 from vllm_glassbox.lab.telemetry import Observer, Segment
 
@@ -31,17 +33,8 @@ INTERVAL_SECONDS = 2.0  # as often as the lab's own timeline: vLLM's API server 
 POLL_TIMEOUT_SECONDS = 3.0
 WINDOW_SECONDS = 3600.0
 
-#: The exporter's series the report sets beside the lab's numbers (analysis.segment_values).
-COMPARED = (
-    "glassbox_time_per_output_token_seconds",
-    "glassbox_tokens_per_forward_pass",
-    "glassbox_spec_decode_acceptance_ratio",
-    "glassbox_kv_cache_capacity_tokens",
-    "glassbox_model_weights_bytes",
-    "glassbox_weight_read_bandwidth_bytes_per_second",
-    "glassbox_memory_bandwidth_utilization_ratio",
-)
-#: Read besides: whether it sees vLLM, when it last did, and how many of its polls failed.
+#: Read besides the compared series (`compared.py`): whether it sees vLLM, when it last
+#: did, and how many of its polls failed.
 ALSO_READ = (
     "glassbox_target_up",
     "glassbox_last_scrape_success_timestamp_seconds",
@@ -49,6 +42,8 @@ ALSO_READ = (
     "glassbox_preemptions_per_second",
     "glassbox_decode_floor_seconds",
 )
+#: What is kept of the exporter at the end of a segment (ExporterSeries).
+KEPT = (*ALSO_READ, *COMPARED_NAMES)
 
 
 class ExporterBeside(Observer):
@@ -96,31 +91,34 @@ class ExporterBeside(Observer):
         self._thread.start()
         # Let it see the idle server first, so its window holds the whole workload.
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and self.read().get("glassbox_target_up") != 1:
+        while time.monotonic() < deadline and not self._page().target_up:
             time.sleep(0.2)
 
     def segment_ended(self, segment: Segment, ended_at: float, error: str | None) -> None:
         if self._thread is not None and error is None:
-            # Its series as of a poll that succeeded after the workload ended.
-            values: dict[str, float] = {}
+            # Its series as of a poll that succeeded and started after the workload ended.
+            page = ExporterPage({})
             deadline = time.monotonic() + 4 * POLL_TIMEOUT_SECONDS
             while time.monotonic() < deadline:
-                values = self.read()
-                if values.get("glassbox_last_scrape_success_timestamp_seconds", 0) > ended_at:
+                page = self._page()
+                if page.polled_since(ended_at):
                     break
                 time.sleep(0.2)
+            values = page.totals(KEPT)
             if values:
                 self.keep(ExporterSeries(segment.title, values))
         self.close()
 
-    def read(self, names: Sequence[str] = (*ALSO_READ, *COMPARED)) -> dict[str, float]:
+    def read(self, names: Sequence[str] = KEPT) -> dict[str, float]:
         """The exporter's derived series now, summed over engines (one engine here)."""
+        return self._page().totals(names)
+
+    def _page(self) -> ExporterPage:
+        """The exporter's page now; an empty one when it cannot be read."""
         try:
-            text = fetch_once(self.url, "/metrics", timeout_seconds=5.0)
-            samples = parse_samples(text, list(names))
+            return read_exporter_page(self.url, timeout_seconds=5.0)
         except ScrapeError:
-            return {}
-        return {name: sum(series.values()) for name, series in samples.items() if series}
+            return ExporterPage({})
 
     def close(self) -> None:
         if self._stop is not None and self._thread is not None:

@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-from vllm_glassbox.exporter.textformat import parse_samples
+from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.fetch import fetch_once
+from vllm_glassbox.exporter.own_page import ExporterPage
 from vllm_glassbox.lab.server_process import (
     ChildProcess,
     ServerError,
@@ -147,25 +148,27 @@ class Exporter:
 
     def start(self) -> None:
         self.process.start()
-        self.process.wait_for(lambda: self._value("glassbox_target_up") == 1.0, 120, 0.5)
+        self.process.wait_for(lambda: self._read()[1].target_up is True, 120, 0.5)
 
-    def _value(self, name: str) -> float | None:
+    def _read(self) -> tuple[str, ExporterPage]:
+        """Its page now, as text and read back; an empty one when it does not answer."""
         try:
-            text = httpx.get(self.url + "/metrics", timeout=5).text
-        except httpx.HTTPError:
-            return None
-        series = parse_samples(text, [name]).get(name, {})
-        return next(iter(series.values()), None)
+            text = fetch_once(self.url, "/metrics", 5.0)
+        except ScrapeError:
+            return "", ExporterPage({})
+        return text, ExporterPage.parse(text)
 
     def page_after(self, unix_time: float) -> str:
         """Its page as of a successful poll that started after `unix_time`."""
+        read: list[str] = []
 
         def polled_since() -> bool:
-            last = self._value("glassbox_last_scrape_success_timestamp_seconds")
-            return last is not None and last > unix_time + 1.5  # a whole poll later
+            text, page = self._read()
+            read[:] = [text]
+            return page.polled_since(unix_time)
 
         self.process.wait_for(polled_since, 60, 0.3)
-        return httpx.get(self.url + "/metrics", timeout=5).text
+        return read[0]
 
     def stop(self) -> None:
         self.process.stop()

@@ -46,6 +46,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter.derive import Context, Increase, snapshot_increases
+from vllm_glassbox.exporter.own_page import read_exporter_page
 from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot, read_snapshot
 from vllm_glassbox.lab.prometheus_process import PrometheusProcess
@@ -119,9 +120,7 @@ def _exporter_value(url: str, name: str) -> float | None:
 
 def _exporter_polled_after(url: str, t: float) -> bool:
     """Whether the exporter has finished a poll that started after unix time t."""
-    done = _exporter_value(url, "glassbox_last_scrape_success_timestamp_seconds") or 0.0
-    took = _exporter_value(url, "glassbox_scrape_duration_seconds") or 0.0
-    return done - took > t
+    return read_exporter_page(url, 30.0).polled_since(t)
 
 
 def _wait_for_frozen_counters(url: str) -> None:

@@ -11,8 +11,9 @@ import yaml
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.layout import resolve_layout
 from vllm_glassbox.exporter.snapshot import ENGINE_STEPS, read_snapshot
-from vllm_glassbox.exporter.startup_log import GIB, read_cold_starts, read_facts
+from vllm_glassbox.exporter.startup_log import read_cold_starts, read_facts
 from vllm_glassbox.exporter.weights import resolve_weights
+from vllm_glassbox.units import GIB
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 ENTRIES: list[dict[str, Any]] = yaml.safe_load((CORPUS / "corpus.yaml").read_text())

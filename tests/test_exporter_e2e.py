@@ -28,6 +28,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter.fetch import Fetcher, fetch_once
+from vllm_glassbox.exporter.own_page import ExporterPage
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
 from vllm_glassbox.exporter.snapshot import FILTERED_PAGE_PATH, read_snapshot
 from vllm_glassbox.lab.server_process import ServerProcess
@@ -59,11 +60,16 @@ class Page:
 
     samples: Samples
     at: float  # unix time the read completed
+    text: str
 
     @classmethod
     def get(cls, url: str) -> Page:
         text = httpx.get(url + "/metrics", timeout=10).text
-        return cls(_parse(text), time.time())
+        return cls(_parse(text), time.time(), text)
+
+    def polled_since(self, t: float) -> bool:
+        """An exporter's page: its latest poll succeeded and started after unix time t."""
+        return ExporterPage.parse(self.text).polled_since(t)
 
     def value(self, name: str, **labels: str) -> float | None:
         for have, v in self.samples.get(name, []):
@@ -165,9 +171,7 @@ def _wait_for_poll_after(plain: Plain, t: float, seconds: float = 120.0) -> Page
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         page = plain.exporter()
-        done = page.value("glassbox_last_scrape_success_timestamp_seconds") or 0.0
-        took = page.value("glassbox_scrape_duration_seconds") or 0.0
-        if done - took > t:
+        if page.polled_since(t):
             return page
         time.sleep(0.1)
     raise AssertionError(f"the exporter did not poll after {t}")

@@ -20,12 +20,14 @@ from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import read_snapshot
-from vllm_glassbox.lab.analysis import checkpoint_weights, startup_facts
+from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
+from vllm_glassbox.lab.compared import COMPARED_NAMES
 from vllm_glassbox.lab.measure import increase
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, _config, write_safetensors
 
 from tests.fixtures import LOGS, log, page
 from tests.test_collector_golden import PageSequence
+from tests.test_cuda_h200x2_captures import _moe_config
 
 
 def test_the_lab_never_loads_the_exporters_service_or_page() -> None:
@@ -113,3 +115,49 @@ def test_the_lab_and_the_exporter_sum_data_parallel_engines_alike() -> None:
     lab = increase(before, after, 10.0)
     assert lab == windowed
     assert (lab[s.GENERATION_TOKENS], lab[s.ITL_COUNT], lab.seconds) == (128, 126, 10.0)
+
+
+def test_the_lab_and_the_exporter_agree_on_every_compared_series_of_a_mixture_of_experts(
+    tmp_path: Path,
+) -> None:
+    # The Qwen3-30B-A3B-shaped model on two H200s (TP=2): the weight-based series read the
+    # active weights, on the exporter's page and in the lab's numbers beside it.
+    (tmp_path / "config.json").write_text(json.dumps(_moe_config()))
+    peak = 4.8e12
+    pages = ["cuda-0.24.0-h200x2/moe-tp2-idle.txt", "cuda-0.24.0-h200x2/moe-tp2-after-4x128.txt"]
+    poller = Poller(
+        ExporterConfig(
+            target="http://vllm.invalid",
+            vllm_log=str(LOGS / "cuda-0.24.0-h200x2-moe-tp2.log"),
+            model_dir=str(tmp_path),
+            peak_bandwidth=peak,
+        ),
+        fetcher=PageSequence([page(p) for p in pages], "0.24.0"),
+    )
+    for _ in pages:
+        poller.poll_once()
+    exported = {
+        sample.name: sample.value for family in poller.published for sample in family.samples
+    }
+
+    idle, after = (read_snapshot(page(p)) for p in pages)
+    startup = startup_facts(
+        log("cuda-0.24.0-h200x2-moe-tp2.log"),
+        idle,
+        "q",
+        1.0,
+        checkpoint=lambda: checkpoint_weights(str(tmp_path)),
+    )
+    d = increase(idle, after, 10.0)
+    lab = segment_values(d, startup, peak)
+
+    assert startup.active_weights_bytes == exported["glassbox_model_active_weights_bytes"]
+    for name in COMPARED_NAMES:
+        assert lab[name] is not None or name == "glassbox_spec_decode_acceptance_ratio", name
+        assert lab[name] == pytest.approx(exported.get(name)), name
+    # The active weights (≈ 6.7 GB of 61 GB), each GPU reading its half per decode step.
+    step = d[s.ITL_SUM] / d[s.ITL_COUNT]
+    bandwidth = lab["glassbox_weight_read_bandwidth_bytes_per_second"]
+    assert bandwidth == pytest.approx(startup.active_weights_bytes / (2 * step))
+    assert startup.weights_bytes is not None
+    assert startup.active_weights_bytes < startup.weights_bytes / 8

@@ -15,7 +15,7 @@ from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import FirstRequests, Increase
 from vllm_glassbox.exporter.exposition import PollState, build_families
-from vllm_glassbox.exporter.kv_trend import Growth
+from vllm_glassbox.exporter.kv_trend import Growth, kv_pools
 from vllm_glassbox.exporter.snapshot import CacheConfig, EngineKey, EngineSample, Snapshot
 from vllm_glassbox.exporter.startup_log import ColdStart, LogTime
 from vllm_glassbox.exporter.webconfig import WebConfigSource
@@ -52,6 +52,10 @@ def everything_known() -> PollState:
         cuda_graph_seconds={"main": 1.0},
         engine_init_seconds=10.0,
     )
+    snapshot = Snapshot(
+        engines={key: EngineSample(counters, {s.KV_USAGE: 0.5, s.RUNNING: 2.0})},
+        cache={"0": CacheConfig(16, 8, 1, None, None, None)},
+    )
     return PollState(
         up=True,
         window_seconds=WINDOW_SECONDS,
@@ -59,10 +63,7 @@ def everything_known() -> PollState:
         errors={},
         restarts=0,
         last_success_unix=1.0,
-        snapshot=Snapshot(
-            engines={key: EngineSample(counters, {s.KV_USAGE: 0.5, s.RUNNING: 2.0})},
-            cache={"0": CacheConfig(16, 8, 1, None, None, None)},
-        ),
+        snapshot=snapshot,
         increases={key: Increase(counters, WINDOW_SECONDS)},
         weights=Weights(1.0, "flag", active_bytes=0.5),  # mixture of experts: every family
         peak_bandwidth=10.0,  # a utilization of 0.5: a physically possible one
@@ -74,6 +75,7 @@ def everything_known() -> PollState:
         first_requests={key: FirstRequests(1.0, 1.0, at=30.0)},
         polled_at=WINDOW_SECONDS,
         used_tokens_growth={key: Growth(10.0, WINDOW_SECONDS)},
+        kv_pools=kv_pools(snapshot, 128),
         log_unrecognised={"unknown_process_prefix": "(launcher job=1) INFO 01-01 00:00:00 …"},
     )
 

@@ -9,7 +9,6 @@ import pytest
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.layout import resolve_layout
 from vllm_glassbox.exporter.startup_log import (
-    GIB,
     ColdStart,
     LogFollower,
     StartupFacts,
@@ -19,6 +18,7 @@ from vllm_glassbox.exporter.startup_log import (
     writer,
 )
 from vllm_glassbox.exporter.weights import resolve_weights
+from vllm_glassbox.units import GIB
 
 from tests.fixtures import log
 

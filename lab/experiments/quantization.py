@@ -54,7 +54,6 @@ from vllm_glassbox.lab.report_format import (
     table,
 )
 from vllm_glassbox.lab.results import (
-    GIB,
     JSON,
     PhaseResult,
     RequestStats,
@@ -62,6 +61,7 @@ from vllm_glassbox.lab.results import (
     Startup,
     startup_json,
 )
+from vllm_glassbox.units import GIB
 
 if TYPE_CHECKING:
     from vllm_glassbox.lab.runner import Lab
