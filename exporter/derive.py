@@ -336,6 +336,18 @@ def kv_cache_capacity_tokens(
     return logged_tokens
 
 
+def kv_cache_memory_bytes(cache: s.CacheConfig | None, logged_bytes: float | None) -> float | None:
+    """Memory one GPU gave its KV pool: what the startup log states ("Available KV cache
+    memory"), else the `--kv-cache-memory-bytes` vLLM was started with (its cache config
+    on the page), which sets the pool to exactly that size and skips the profiling that
+    logs the figure (the CPU build's usual case)."""
+    if logged_bytes is not None:
+        return logged_bytes
+    if cache is not None and cache.kv_cache_memory_bytes is not None:
+        return float(cache.kv_cache_memory_bytes)
+    return None
+
+
 def kv_cache_used_tokens(usage: float | None, capacity_tokens: int | None) -> float | None:
     if usage is None or capacity_tokens is None:
         return None

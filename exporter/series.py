@@ -171,7 +171,8 @@ KV_LOGGED_CAPACITY = gauge(
 )
 KV_MEMORY = gauge(
     "glassbox_kv_cache_memory_bytes",
-    "Memory vLLM gave the KV cache at startup (its log: Available KV cache memory).",
+    "Memory vLLM gave the KV cache of one GPU at startup (its log: Available KV cache "
+    "memory; else the --kv-cache-memory-bytes it was started with).",
 )
 
 # --- ratios over the window, per engine -------------------------------------------------

@@ -22,6 +22,7 @@ from prometheus_client.core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from vllm_glassbox import __version__
 from vllm_glassbox.build import this_build
+from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.endpoints import landing_page, metrics_answer
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.exposition import PollState, build_families, unrecognised_inputs
@@ -31,7 +32,13 @@ from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.kv_trend import KvPool, UsedTokensTrend, kv_pools, used_tokens
 from vllm_glassbox.exporter.layout import ParallelLayout, resolve_layout
 from vllm_glassbox.exporter.server import Answer, MetricsServer
-from vllm_glassbox.exporter.snapshot import FILTERED_PAGE_PATH, EngineKey, Snapshot, read_snapshot
+from vllm_glassbox.exporter.snapshot import (
+    FILTERED_PAGE_PATH,
+    EngineKey,
+    Snapshot,
+    first_cache,
+    read_snapshot,
+)
 from vllm_glassbox.exporter.startup_log import LogFollower, StartupFacts
 from vllm_glassbox.exporter.textformat import Limits
 from vllm_glassbox.exporter.webconfig import WebConfigSource
@@ -259,7 +266,9 @@ class Poller:
             increases=self.history.increases() if up else {},
             weights=self.weights(),
             peak_bandwidth=self.config.peak_bandwidth,
-            kv_cache_memory_bytes=facts.kv_cache_memory_bytes if facts else None,
+            kv_cache_memory_bytes=derive.kv_cache_memory_bytes(
+                first_cache(snapshot), facts.kv_cache_memory_bytes if facts else None
+            ),
             kv_cache_logged_tokens=facts.kv_cache_tokens if facts else None,
             cold_start=self.log_follower.cold_start if self.log_follower else None,
             first_requests=dict(self.first_requests.first),

@@ -135,6 +135,14 @@ class Snapshot:
         return self.cache.get(key.engine)
 
 
+def first_cache(snapshot: Snapshot | None) -> CacheConfig | None:
+    """The cache config of the page's first engine: data-parallel engines are started
+    with the same flags, so any one of them says what the pool was given."""
+    if snapshot is None or not snapshot.engines:
+        return None
+    return snapshot.cache_for(next(iter(snapshot.engines)))
+
+
 def _engine_key(labels: Labels) -> EngineKey:
     d = dict(labels)
     # V0 pages have no engine label: one engine, index 0.

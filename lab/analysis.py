@@ -21,7 +21,7 @@ from vllm_glassbox.exporter import derive, series
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import Increase
 from vllm_glassbox.exporter.layout import resolve_layout
-from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.exporter.snapshot import Snapshot, first_cache
 from vllm_glassbox.exporter.startup_log import read_facts
 from vllm_glassbox.exporter.weights import (
     Weights,
@@ -62,16 +62,14 @@ def startup_facts(
     functions): weights from the log (what was loaded, the whole model; absent on CPU),
     then the checkpoint, with a mixture-of-experts checkpoint's active weights; KV tokens
     from the cache config, then the log; KV memory from the log's "Available KV cache
-    memory" alone. The quantization vLLM applies from its engine-config line, else the
-    checkpoint's config.
+    memory", else the `--kv-cache-memory-bytes` the server was started with. The
+    quantization vLLM applies from its engine-config line, else the checkpoint's config.
     """
     facts = read_facts(startup_log)
     engines = len(snapshot.engines) if snapshot is not None else None
     layout = resolve_layout(facts, engines=engines)
     weights = resolve_weights(None, facts, checkpoint(), layout)
-    cache = None
-    if snapshot is not None and snapshot.engines:
-        cache = snapshot.cache_for(next(iter(snapshot.engines)))
+    cache = first_cache(snapshot)
     kv_tokens = derive.kv_cache_capacity_tokens(cache, facts.kv_cache_tokens, facts.hybrid_kv)
     return Startup(
         served_model_name=served_model_name,
@@ -79,7 +77,7 @@ def startup_facts(
         weights_bytes=weights.bytes if weights else None,
         weights_source=weights.source if weights else None,
         load_seconds=facts.model_load_seconds or facts.weights_load_seconds,
-        kv_cache_memory_bytes=facts.kv_cache_memory_bytes,
+        kv_cache_memory_bytes=derive.kv_cache_memory_bytes(cache, facts.kv_cache_memory_bytes),
         kv_cache_tokens=kv_tokens,
         kv_cache_blocks=derive.kv_cache_blocks(cache),
         block_size=cache.block_size if cache else None,

@@ -579,3 +579,12 @@ def test_a_hybrid_pool_is_vllms_own_count_or_nothing() -> None:
     assert derive.kv_cache_capacity_tokens(plain, 900, hybrid=True) == 900  # the log says so
     counted = s.CacheConfig(1600, 1000, 1, 812_000, None, None, hybrid=True)
     assert derive.kv_cache_capacity_tokens(counted) == 812_000  # 0.24+: vLLM's own
+
+
+def test_kv_memory_is_the_logged_figure_else_the_size_the_server_was_started_with() -> None:
+    flagged = s.CacheConfig(128, 32, 1, None, 8388608, None)
+    profiled = s.CacheConfig(16, 1000, 1, None, None, 0.9)
+    assert derive.kv_cache_memory_bytes(flagged, None) == 8388608.0
+    assert derive.kv_cache_memory_bytes(flagged, 35.07 * 2**30) == 35.07 * 2**30
+    assert derive.kv_cache_memory_bytes(profiled, None) is None
+    assert derive.kv_cache_memory_bytes(None, None) is None

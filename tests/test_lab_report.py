@@ -106,9 +106,9 @@ def test_startup_facts_of_the_cpu_build_come_from_log_cache_config_and_checkpoin
     assert facts.weights_bytes == 6955520.0 and facts.weights_source == "safetensors"
     assert facts.kv_cache_tokens == 16384  # "CPU KV cache size: 16,384 tokens"
     assert (facts.kv_cache_blocks, facts.block_size) == (128, 128)
-    # As the exporter: from the log alone, which on the CPU build does not say it (the cache
-    # config's label has the flag's 33554432; glassbox_kv_cache_memory_bytes is absent).
-    assert facts.kv_cache_memory_bytes is None
+    # As the exporter: the CPU build's log does not state it, the server was started with
+    # --kv-cache-memory-bytes 33554432 (the cache config's label), which is the pool's size.
+    assert facts.kv_cache_memory_bytes == 33554432
     assert facts.vllm_version == "0.32.0"
     assert facts.startup_seconds == 42.0
 
