@@ -25,7 +25,14 @@ from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, start
 from vllm_glassbox.lab.backend import Backend, Deployed, FlagOverrides, Terminated, restoring
 from vllm_glassbox.lab.credentials import ApiKey
 from vllm_glassbox.lab.experiments import for_phase
-from vllm_glassbox.lab.experiments.base import STOPPED, Phase, PhaseFailed, describe_error
+from vllm_glassbox.lab.experiments.base import (
+    STOPPED,
+    ExporterView,
+    Phase,
+    PhaseFailed,
+    Served,
+    describe_error,
+)
 from vllm_glassbox.lab.measure import Completion, LabError, Measured, Sampler, VllmClient, increase
 from vllm_glassbox.lab.membench import measure_peak
 from vllm_glassbox.lab.plan import Plan
@@ -34,14 +41,6 @@ from vllm_glassbox.lab.results import LabResults, Peak, PhaseResult, SegmentNumb
 from vllm_glassbox.lab.telemetry import Observer, Segment
 
 PROGRESS_POLL_SECONDS = 2.0
-
-
-@dataclass
-class Served:
-    deployed: Deployed
-    client: VllmClient
-    startup: Startup
-    first: Snapshot  # right after the server was ready: the segment's numbers start here
 
 
 @dataclass
@@ -59,6 +58,13 @@ class Lab:
     @property
     def peak_bandwidth(self) -> float | None:
         return self.peak.bytes_per_second if self.peak else None
+
+    @property
+    def exporter(self) -> ExporterView | None:
+        # Here, not at the top: the lab loads the exporter's service only when it runs one.
+        from vllm_glassbox.lab.sidecar import ExporterBeside
+
+        return next((o for o in self.observers if isinstance(o, ExporterBeside)), None)
 
     # --- the run ---------------------------------------------------------------------------
 
