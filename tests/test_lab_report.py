@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any

@@ -9,7 +9,6 @@ presents it, and it appears in no file the run writes.
 
 from __future__ import annotations
 
-import math
 import secrets
 from pathlib import Path
 from typing import Any
