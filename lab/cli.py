@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -26,13 +25,12 @@ from vllm_glassbox.helptext import examples
 from vllm_glassbox.lab.backend import Backend
 from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
 from vllm_glassbox.lab.credentials import ApiKey, key_source, open_api_key
+from vllm_glassbox.lab.launch import run_plan
 from vllm_glassbox.lab.plan import Plan, PlanError, resolve_plan
 from vllm_glassbox.lab.progress import Progress
-from vllm_glassbox.lab.report import dashboard_images, write_outputs
 from vllm_glassbox.lab.results import LabResults
-from vllm_glassbox.lab.runner import STOPPED, Lab, resolve_peak, run_lab
+from vllm_glassbox.lab.runner import STOPPED
 from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, free_port
-from vllm_glassbox.lab.sidecar import ExporterBeside
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, Observer, PhaseInfo
 from vllm_glassbox.logs import add_log_flags, set_up_logging
 from vllm_glassbox.units import parse_host_port
@@ -225,46 +223,18 @@ def _run(
                 return EXIT_FAILED
             if leftover:
                 progress.note(leftover)
-
-            def publish(results: LabResults) -> None:
-                if leftover and leftover not in results.notes:
-                    results.notes.insert(0, leftover)
-                write_outputs(results, out)
-
-            peak = resolve_peak(plan, progress)
-            lab = Lab(
+            beside = kind == "local" and plan.local is not None and plan.local.exporter
+            results = run_plan(
+                plan,
                 backend,
                 progress,
-                observers,
-                publish=publish,
-                peak=peak,
+                out,
+                observers=observers,
+                notes=[leftover] if leftover else [],
+                exporter_port=free_port() if beside else None,
                 api_key=api_key,
-                out_dir=out,
+                prometheus_url=args.prometheus,
             )
-            if kind == "local" and plan.local is not None and plan.local.exporter:
-                observers.append(
-                    ExporterBeside(
-                        free_port(),
-                        lambda series: lab.results.exporter.append(series),
-                        peak.bytes_per_second if peak else None,
-                        bearer_token_file=api_key.file if api_key else None,
-                    )
-                )
-            try:
-                results = run_lab(plan, lab)
-            finally:
-                for o in observers:
-                    if isinstance(o, ExporterBeside):
-                        o.close()
-            if args.prometheus:
-                progress.status("drawing the dashboards")
-                images, empty, problem = dashboard_images(
-                    args.prometheus, out, results.started_at, results.ended_at or time.time()
-                )
-                results.images.update(images)
-                results.empty_panels.update(empty)
-                results.notes.extend([problem] if problem else [])
-                write_outputs(results, out)
     except STOPPED as e:
         restored = "the server was stopped" if kind == "local" else "the args were restored"
         print(

@@ -24,15 +24,15 @@ from pathlib import Path
 from vllm_glassbox.helptext import examples
 from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
 from vllm_glassbox.lab.experiments.base import Phase
+from vllm_glassbox.lab.launch import run_plan
 from vllm_glassbox.lab.local import LocalBackend
 from vllm_glassbox.lab.plan import TINY_PREFIX, Plan, PlanError, resolve_plan
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.prometheus_process import PrometheusProcess, scrape_config
-from vllm_glassbox.lab.report import dashboard_images, summary_lines, write_outputs
-from vllm_glassbox.lab.results import ExporterSeries, LabResults
-from vllm_glassbox.lab.runner import STOPPED, Lab, resolve_peak, run_lab
+from vllm_glassbox.lab.report import summary_lines
+from vllm_glassbox.lab.runner import STOPPED
 from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, ServerError, free_port
-from vllm_glassbox.lab.sidecar import LOOPBACK, ExporterBeside
+from vllm_glassbox.lab.sidecar import LOOPBACK
 from vllm_glassbox.lab.telemetry import PhaseInfo
 
 SCRAPE_INTERVAL = "2s"
@@ -171,13 +171,6 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
     backend = LocalBackend(plan.local, out / "logs", args.server_command, port=ports["vllm"])
     phase_info = PhaseInfo()
     metrics_server = phase_info.serve(LOOPBACK, ports["glassbox-lab"])
-    kept: list[ExporterSeries] = []
-
-    def publish(results: LabResults) -> None:
-        results.exporter[:] = kept
-        results.notes[:] = notes
-        write_outputs(results, out)
-
     try:
         prom_ctx = (
             contextlib.nullcontext(None)
@@ -185,27 +178,21 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
             else prometheus(out / "prometheus", ports, rules)
         )
         with prom_ctx as prom_url, Progress() as progress:
-            peak = resolve_peak(plan, progress)
-            exporter = ExporterBeside(
-                ports["glassbox"], kept.append, peak.bytes_per_second if peak else None
-            )
-            lab = Lab(backend, progress, [phase_info, exporter], publish=publish, peak=peak)
             progress.note(
                 f"glassbox demo: {plan.name}, {len(plan.phases)} phases; vLLM CPU on port "
                 f"{ports['vllm']}, exporter on {ports['glassbox']}"
                 + (f", Prometheus at {prom_url}" if prom_url else ", no Prometheus")
             )
-            try:
-                results = run_lab(plan, lab)
-            finally:
-                exporter.close()
-            if prom_url:
-                progress.status("drawing the dashboards")
-                images, empty, problem = dashboard_images(prom_url, out, started, time.time())
-                results.images.update(images)
-                results.empty_panels.update(empty)
-                notes.extend([problem] if problem else [])
-                publish(results)
+            results = run_plan(
+                plan,
+                backend,
+                progress,
+                out,
+                observers=[phase_info],
+                notes=notes,
+                exporter_port=ports["glassbox"],
+                prometheus_url=prom_url,
+            )
     except STOPPED as e:
         print(f"\n{prog}: interrupted; partial report in {out / 'report.md'}", file=sys.stderr)
         return stopped_exit_code(e)

@@ -2,12 +2,13 @@
 
 The run is I/O glue around the pure parts: the backend starts servers, `VllmClient`
 sends requests and reads counters, each phase's kind (`lab/experiments/`) runs its
-workload through the services here (`Lab.segment`, `measure_each`, `warm_up`) and turns
-what it measured into its result, observers (phase-info series, Grafana annotations,
-the demo's exporter) watch the segments, and `publish` writes the report after every
-phase. A phase that fails is recorded with its error and the next phase runs; an
-interrupt stops the run. `run_lab` always calls `backend.restore()`, shielded from a
-second Ctrl-C.
+workload through the services `Lab` provides (`experiments.base.Services`: `segment`,
+`measure_each`, `warm_up`, progress, the exporter beside) and turns what it measured
+into its result, observers (phase-info series, Grafana annotations, the exporter
+beside) watch the segments, and `publish` writes the report after every phase. A phase
+that fails is recorded with its error and the next phase runs; an interrupt stops the
+run. `run_lab` always calls `backend.restore()`, shielded from a second Ctrl-C; the
+commands assemble a whole run in `launch.py`.
 """
 
 from __future__ import annotations
@@ -22,26 +23,24 @@ from vllm_glassbox import __version__
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
-from vllm_glassbox.lab.backend import Backend, Deployed, FlagOverrides, Terminated, restoring
+from vllm_glassbox.lab.backend import Backend, FlagOverrides, Terminated, restoring
 from vllm_glassbox.lab.credentials import ApiKey
 from vllm_glassbox.lab.experiments import for_phase
-from vllm_glassbox.lab.experiments.base import STOPPED, Phase, PhaseFailed, describe_error
+from vllm_glassbox.lab.experiments.base import (
+    STOPPED,
+    ExporterView,
+    Phase,
+    PhaseFailed,
+    Served,
+    describe_error,
+)
 from vllm_glassbox.lab.measure import Completion, LabError, Measured, Sampler, VllmClient, increase
-from vllm_glassbox.lab.membench import measure_peak
 from vllm_glassbox.lab.plan import Plan
 from vllm_glassbox.lab.progress import Progress, number_text
 from vllm_glassbox.lab.results import LabResults, Peak, PhaseResult, SegmentNumbers, Startup
 from vllm_glassbox.lab.telemetry import Observer, Segment
 
 PROGRESS_POLL_SECONDS = 2.0
-
-
-@dataclass
-class Served:
-    deployed: Deployed
-    client: VllmClient
-    startup: Startup
-    first: Snapshot  # right after the server was ready: the segment's numbers start here
 
 
 @dataclass
@@ -54,11 +53,20 @@ class Lab:
     peak: Peak | None = None  # the hardware's peak memory bandwidth, when known
     api_key: ApiKey | None = None  # a vLLM started with --api-key
     out_dir: Path | None = None  # where a kind keeps files of its own (the benchmark's JSON)
+    notes: Sequence[str] = ()  # said at the top of the report
     results: LabResults = field(init=False)
 
     @property
     def peak_bandwidth(self) -> float | None:
         return self.peak.bytes_per_second if self.peak else None
+
+    @property
+    def exporter(self) -> ExporterView | None:
+        """The exporter beside the servers, when one of the observers is."""
+        # Here, not at the top: the lab loads the exporter's service only when it runs one.
+        from vllm_glassbox.lab.sidecar import ExporterBeside
+
+        return next((o for o in self.observers if isinstance(o, ExporterBeside)), None)
 
     # --- the run ---------------------------------------------------------------------------
 
@@ -70,6 +78,7 @@ class Lab:
             version=__version__,
             description=plan.description,
             peak=self.peak,
+            notes=list(self.notes),
         )
         try:
             for phase in plan.phases:
@@ -188,20 +197,6 @@ def _startup_line(st: Startup) -> str:
         f"({st.weights_source or 'unknown'}), KV {st.kv_cache_tokens or '–'} tokens in "
         f"{st.kv_cache_blocks or '–'} blocks of {st.block_size or '–'}"
     )
-
-
-def resolve_peak(plan: Plan, progress: Progress) -> Peak | None:
-    """The run's peak memory bandwidth: the plan's number or datasheet entry, or measured
-    on this machine by a copy benchmark (`peak_bandwidth: measure`)."""
-    spec = plan.peak_bandwidth
-    if spec is None:
-        return None
-    if spec.bytes_per_second is not None:
-        return Peak(spec.bytes_per_second, f"from {spec.source}")
-    progress.status("measuring this machine's memory bandwidth")
-    peak = measure_peak()
-    progress.note(f"▸ peak memory bandwidth {peak.bytes_per_second / 1e9:.1f} GB/s, {peak.source}")
-    return peak
 
 
 def run_lab(plan: Plan, lab: Lab) -> LabResults:

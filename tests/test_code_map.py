@@ -37,6 +37,24 @@ def test_the_map_names_every_module_of_each_folder(folder: str) -> None:
     assert [m for m in modules if f"`{m}`" not in section] == []
 
 
+def test_the_map_names_every_subpackage_and_its_modules() -> None:
+    packages: list[str] = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"][
+        "setuptools"
+    ]["packages"]
+    nested = [p for p in packages if p not in PACKAGE_DIRS]
+    assert nested
+    for package in nested:
+        root = max((r for r in PACKAGE_DIRS if package.startswith(r + ".")), key=len)
+        parts = package.removeprefix(root + ".").split(".")
+        # A subpackage is mapped in its top folder's section (lab/experiments/ for
+        # lab/experiments/rate_sweep/), by its folder's name and its modules' names.
+        section = _section(f"{PACKAGE_DIRS[root]}/{parts[0]}")
+        folder = REPO / PACKAGE_DIRS[root] / Path(*parts)
+        names = [f"`{parts[-1]}/`"] if len(parts) > 1 else []
+        names += [f"`{p.name}`" for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+        assert [n for n in names if n not in section] == [], package
+
+
 def test_the_map_gives_the_module_of_every_subcommand() -> None:
     for name, (module, _) in cli._PARTS.items():
         assert re.search(rf"\| `glassbox {name}[ `].*\| `{re.escape(module)}` \|", MAP), name

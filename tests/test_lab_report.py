@@ -391,14 +391,14 @@ def test_the_timeline_is_cut_into_the_articles_acts() -> None:
         ("draining", 35, 40, 2, 0, 0),
     ]
     summary = pressure_summary(timeline, 0.95)
-    assert summary["missing_acts"] == ()
-    assert summary["max_preemption_jump"] == 13
-    assert summary["max_preemption_jump_at"] == 20
-    assert summary["preemptions_total"] == 15
-    assert (summary["first_full_at"], summary["first_waiting_at"]) == (10, 10)
-    assert summary["first_preemption_at"] == 20
-    assert summary["peak_waiting"] == 5
-    assert summary["max_gap_seconds"] == 5
+    assert summary.missing_acts == ()
+    assert summary.max_preemption_jump == 13
+    assert summary.max_preemption_jump_at == 20
+    assert summary.preemptions_total == 15
+    assert (summary.first_full_at, summary.first_waiting_at) == (10, 10)
+    assert summary.first_preemption_at == 20
+    assert summary.peak_waiting == 5
+    assert summary.max_gap_seconds == 5
 
 
 def test_an_act_is_named_only_where_its_condition_holds() -> None:
@@ -472,7 +472,7 @@ def test_a_hole_in_the_timeline_is_called_out_with_its_cause(tmp_path: Path) -> 
         replace(_point(11, 8, 4, 1.0, 0), latency_seconds=4.6, delay_seconds=2.4),
         _point(13, 0, 0, 0.0, 0),
     ]
-    pressure = KvPressureResult(
+    flood = KvPressureResult(
         startup=_startup(0.05, 4096),
         requests=12,
         completed=12,
@@ -481,10 +481,10 @@ def test_a_hole_in_the_timeline_is_called_out_with_its_cause(tmp_path: Path) -> 
         timeline=tuple(timeline),
         poll_seconds=2.0,
         late_polls=1,
-        **pressure_summary(timeline, 0.95),  # type: ignore[arg-type]
+        pressure=pressure_summary(timeline, 0.95),
     )
-    assert (pressure.max_gap_seconds, pressure.max_gap_ended_at) == (7, 11)
-    write_outputs(_results_with(pressure), tmp_path)
+    assert (flood.pressure.max_gap_seconds, flood.pressure.max_gap_ended_at) == (7, 11)
+    write_outputs(_results_with(flood), tmp_path)
     report = (tmp_path / "report.md").read_text()
     assert (
         "the largest gap between two pages 7 s — **a hole in the timeline** (more than two "
@@ -604,7 +604,7 @@ def synthetic_results() -> LabResults:
         flood_seconds=25.0,
         timeline=timeline,
         poll_seconds=5.0,
-        **pressure_summary(timeline, 0.95),  # type: ignore[arg-type]
+        pressure=pressure_summary(timeline, 0.95),
     )
     runs, speedup, problem = spec_runs(
         [

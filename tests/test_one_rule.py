@@ -22,6 +22,8 @@ from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
 from vllm_glassbox.lab.compared import COMPARED_NAMES
+from vllm_glassbox.lab.experiments.quantization.judge import bandwidth as quantization_bandwidth
+from vllm_glassbox.lab.experiments.rate_sweep.views import server_view
 from vllm_glassbox.lab.measure import increase
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, _config, write_safetensors
 
@@ -161,3 +163,12 @@ def test_the_lab_and_the_exporter_agree_on_every_compared_series_of_a_mixture_of
     assert bandwidth == pytest.approx(startup.active_weights_bytes / (2 * step))
     assert startup.weights_bytes is not None
     assert startup.active_weights_bytes < startup.weights_bytes / 8
+    # The experiments' own bandwidth figures (the quantization phase's variant, the rate
+    # sweep's step) read the same context: the active weights, not the whole model.
+    variant = quantization_bandwidth(d, startup, peak)
+    assert variant.weight_read_bytes_per_second == pytest.approx(bandwidth)
+    assert variant.utilization == pytest.approx(
+        exported["glassbox_memory_bandwidth_utilization_ratio"]
+    )
+    step_view = server_view(d, [], startup, peak)
+    assert step_view.weight_read_bandwidth == pytest.approx(bandwidth)

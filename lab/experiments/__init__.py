@@ -1,4 +1,4 @@
-"""The lab's experiment kinds, one module each (see `base.py` for what a kind provides).
+"""The lab's experiment kinds, one package each (see `base.py` for what a kind provides).
 
 The order here is the order `glassbox lab check` and plan errors list the kinds in.
 """
@@ -7,16 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_glassbox.lab.experiments import kv_pressure, quantization, rate_sweep, spec_decode
 from vllm_glassbox.lab.experiments.base import Experiment, Phase
+from vllm_glassbox.lab.experiments.kv_pressure import EXPERIMENT as KV_PRESSURE
+from vllm_glassbox.lab.experiments.quantization import EXPERIMENT as QUANTIZATION
+from vllm_glassbox.lab.experiments.rate_sweep import EXPERIMENT as RATE_SWEEP
+from vllm_glassbox.lab.experiments.spec_decode import EXPERIMENT as SPEC_DECODE
 from vllm_glassbox.lab.results import PhaseBody
 
-EXPERIMENTS: tuple[Experiment[Any, Any], ...] = (
-    quantization.EXPERIMENT,
-    kv_pressure.EXPERIMENT,
-    spec_decode.EXPERIMENT,
-    rate_sweep.EXPERIMENT,
-)
+EXPERIMENTS: tuple[Experiment[Any, Any], ...] = (QUANTIZATION, KV_PRESSURE, SPEC_DECODE, RATE_SWEEP)
 KINDS = tuple(e.kind for e in EXPERIMENTS)
 
 _BY_KIND = {e.kind: e for e in EXPERIMENTS}

@@ -1,27 +1,28 @@
-"""What an experiment kind is: the contract between a kind's module and the rest of the lab.
+"""What an experiment kind is: the contract between a kind's package and the rest of the lab.
 
-A kind is one module of this package. It holds its phase (the plan's type, parsed from
-the phase's YAML with `plan_yaml`), its run against the servers the lab starts (the
-runner's `Lab`: `segment`, `measure_each`, `warm_up`, `progress`), its result (`to_json`
-for results.json), the judgements of its numbers, its section of report.md and its plots.
-The module ends with its `Experiment`, and `experiments/__init__.py` lists it: a new
-kind is one new module and its line there.
+A kind is one package of this folder. It holds its phase (the plan's type, parsed from
+the phase's YAML with `plan_yaml`), its run against the servers the lab starts (through
+the `Services` below: `segment`, `measure_each`, `warm_up`, `progress`), its result
+(`to_json` for results.json), the judgements of its numbers, its section of report.md
+and its plots. The package's `__init__.py` ends with its `Experiment`, and
+`experiments/__init__.py` lists it: a new kind is one new package and its line there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Set
+from collections.abc import Callable, Mapping, Sequence, Set
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, Self, TypeVar
+from pathlib import Path
+from typing import Generic, Protocol, Self, TypeVar
 
-from vllm_glassbox.lab.backend import Terminated
-from vllm_glassbox.lab.measure import LabError
+from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.lab.backend import Deployed, FlagOverrides, Terminated
+from vllm_glassbox.lab.measure import LabError, Measured, VllmClient
 from vllm_glassbox.lab.plan_yaml import Node
-from vllm_glassbox.lab.results import PhaseBody, PhaseResult
+from vllm_glassbox.lab.progress import Progress
+from vllm_glassbox.lab.results import PhaseBody, PhaseResult, Startup
 from vllm_glassbox.lab.server_process import ServerError
-
-if TYPE_CHECKING:
-    from vllm_glassbox.lab.runner import Lab
 
 STOPPED = (KeyboardInterrupt, Terminated)  # Ctrl-C, SIGTERM: stop, restore, report
 
@@ -53,6 +54,59 @@ class Phase(Protocol):
         ...
 
 
+@dataclass
+class Served:
+    """One started server, as a kind's run sees it inside `Services.segment`."""
+
+    deployed: Deployed
+    client: VllmClient
+    startup: Startup
+    first: Snapshot  # right after the server was ready: the segment's numbers start here
+
+
+class ExporterView(Protocol):
+    """The exporter beside the servers, read while a kind runs (`sidecar.ExporterBeside`)."""
+
+    def read(self, names: Sequence[str]) -> Mapping[str, float]: ...
+
+
+class Services(Protocol):
+    """What a kind's run needs from the running lab (the runner's `Lab` provides it)."""
+
+    @property
+    def progress(self) -> Progress: ...
+
+    @property
+    def peak_bandwidth(self) -> float | None:
+        """The hardware's peak memory bandwidth, bytes per second, when known."""
+        ...
+
+    @property
+    def exporter(self) -> ExporterView | None:
+        """The exporter beside the servers, when the run has one."""
+        ...
+
+    @property
+    def out_dir(self) -> Path | None:
+        """Where a kind keeps files of its own (the benchmark's JSON)."""
+        ...
+
+    def segment(
+        self, phase: Phase, variant: str, overrides: FlagOverrides
+    ) -> AbstractContextManager[Served]:
+        """A server started with `overrides`, its startup facts read, watched by the
+        observers, stopped or kept for the next segment after the block."""
+        ...
+
+    def measure_each(self, served: Served, bodies: list[dict[str, object]]) -> list[Measured]:
+        """Requests one after the other, each measured apart, with live token progress."""
+        ...
+
+    def warm_up(self, served: Served, body: dict[str, object], count: int) -> None:
+        """`count` unmeasured requests."""
+        ...
+
+
 P = TypeVar("P", bound=Phase)
 B = TypeVar("B", bound=PhaseBody)
 
@@ -67,7 +121,7 @@ class Experiment(Generic[P, B]):
     #: The phase from its YAML (`phases[i]`), its problems recorded on the node.
     parse: Callable[[Node, str], P]
     #: The phase against the lab's servers; PhaseFailed carries what it measured.
-    run: Callable[[Lab, P], B]
+    run: Callable[[Services, P], B]
     #: The report's summary line of the phase (after its name), if it has one.
     summary: Callable[[B], str | None]
     #: The phase's section of report.md, under its heading and any error.

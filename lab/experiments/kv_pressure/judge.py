@@ -1,0 +1,182 @@
+"""What the KV-pressure numbers mean: each poll's point through the counters, and the
+timeline cut into the article's acts — the pool fills, requests queue at a full pool,
+vLLM preempts — each named only where its condition holds."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.derive import counter_increase
+from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.lab.experiments.kv_pressure.result import Act, PressureSummary, TimelinePoint
+from vllm_glassbox.lab.measure import gauge_max, gauge_total, increase
+
+# --- its arithmetic (derive's numbers) -----------------------------------------------------
+
+
+def timeline_point(
+    t: float,
+    baseline: Snapshot,
+    now: Snapshot,
+    latency: float | None = None,
+    delay: float | None = None,
+) -> TimelinePoint:
+    grown = increase(baseline, now, t)
+    return TimelinePoint(
+        t=t,
+        running=gauge_total(now, s.RUNNING),
+        waiting=gauge_total(now, s.WAITING),
+        kv_cache_usage=gauge_max(now, s.KV_USAGE),
+        preemptions=grown[s.PREEMPTIONS],
+        generated_tokens=grown[s.GENERATION_TOKENS],
+        latency_seconds=latency,
+        delay_seconds=delay,
+    )
+
+
+# --- what the numbers mean: the acts -------------------------------------------------------
+
+FILLING = "filling"
+QUEUE_BEFORE_FULL = "queue before the pool is full"
+SATURATED = "saturated with a queue"
+FULL_NOBODY_WAITING = "full, nobody waiting"
+STORM = "preemption storm"
+DRAINING = "draining"
+NEVER_FULL = "pool never full"
+
+
+#: Each act's condition, as the report states it.
+ACT_CONDITIONS = {
+    FILLING: "nobody waits; the pool grows (it may reach full)",
+    QUEUE_BEFORE_FULL: "requests wait although the pool has not been full yet (an "
+    "admission backlog, not the pool)",
+    SATURATED: "requests wait, and the pool is full or has been (their KV does not fit)",
+    FULL_NOBODY_WAITING: "the queue emptied while the pool stays full, before any preemption",
+    STORM: "from the first poll that counted preemptions to the last",
+    DRAINING: "no more preemptions or queue: the running requests finish",
+    NEVER_FULL: "the pool never filled and nobody waited",
+}
+
+
+#: The article's three acts, in order.
+THREE_ACTS = (FILLING, SATURATED, STORM)
+
+
+def preemption_jumps(timeline: Sequence[TimelinePoint]) -> list[float]:
+    """Preemptions seen by each poll (the first poll: since the flood started)."""
+    previous = 0.0
+    jumps = []
+    for p in timeline:
+        jumps.append(counter_increase(previous, p.preemptions))
+        previous = p.preemptions
+    return jumps
+
+
+def act_names(timeline: Sequence[TimelinePoint], saturation: float) -> list[str]:
+    """The act of each poll, named only where its condition holds (ACT_CONDITIONS).
+
+    vLLM counts a preemption when the preempted request runs again, so requests queue at
+    a full pool before the count moves: the storm follows the queue.
+    """
+    jumps = preemption_jumps(timeline)
+    waiting = [(p.waiting or 0) > 0 for p in timeline]
+    full = [(p.kv_cache_usage or 0.0) >= saturation for p in timeline]
+    preempted = [i for i, j in enumerate(jumps) if j > 0]
+    if not preempted and not any(waiting) and not any(full):
+        return [NEVER_FULL] * len(timeline)
+    storm = (preempted[0], preempted[-1]) if preempted else None
+    names = []
+    ever_full = False
+    for i in range(len(timeline)):
+        ever_full = ever_full or full[i]
+        if storm and storm[0] <= i <= storm[1]:
+            names.append(STORM)
+        elif storm and i > storm[1]:
+            names.append(DRAINING)
+        elif waiting[i]:
+            names.append(SATURATED if ever_full else QUEUE_BEFORE_FULL)
+        elif any(waiting[:i]):
+            queue_again = any(waiting[i + 1 :]) or storm is not None
+            names.append(
+                DRAINING if not queue_again else FULL_NOBODY_WAITING if ever_full else FILLING
+            )
+        else:
+            names.append(FILLING)
+    return names
+
+
+def name_acts(timeline: Sequence[TimelinePoint], saturation: float) -> list[Act]:
+    """The timeline cut into its acts, each with its preemptions and peaks."""
+    acts: list[Act] = []
+    names = act_names(timeline, saturation)
+    for point, jump, name in zip(timeline, preemption_jumps(timeline), names, strict=True):
+        waiting, usage = point.waiting or 0.0, point.kv_cache_usage or 0.0
+        if acts and acts[-1].name == name:
+            last = acts[-1]
+            acts[-1] = Act(
+                name,
+                last.start_t,
+                point.t,
+                last.polls + 1,
+                last.preemptions + jump,
+                max(last.peak_waiting, waiting),
+                max(last.peak_kv_cache_usage, usage),
+            )
+        else:
+            acts.append(Act(name, point.t, point.t, 1, jump, waiting, usage))
+    return acts
+
+
+def missing_acts(acts: Sequence[Act]) -> list[str]:
+    """Which of the article's three acts did not happen, in their order. The first act
+    counts only when it opens the flood (before anything waited)."""
+    names = [a.name for a in acts]
+    missing = []
+    if not names or names[0] != FILLING:
+        missing.append(FILLING)
+    missing += [act for act in THREE_ACTS[1:] if act not in names]
+    return missing
+
+
+def largest_gap(timeline: Sequence[TimelinePoint]) -> tuple[float | None, float | None]:
+    """The longest time between two consecutive polls' pages, and when the page that
+    ended it came."""
+    gaps = [(b.t - a.t, b.t) for a, b in itertools.pairwise(timeline)]
+    gap, at = max(gaps, default=(None, None))
+    return gap, at
+
+
+def first_time(
+    timeline: Sequence[TimelinePoint], cond: Callable[[TimelinePoint], bool]
+) -> float | None:
+    return next((p.t for p in timeline if cond(p)), None)
+
+
+def _max(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def pressure_summary(timeline: Sequence[TimelinePoint], saturation: float) -> PressureSummary:
+    """The timeline judged: its acts, its largest jump of preemptions, peaks, the first
+    moments the pool was full, requests waited and vLLM preempted, the largest gap."""
+    jumps = preemption_jumps(timeline)
+    biggest = max(jumps, default=0.0)
+    acts = tuple(name_acts(timeline, saturation))
+    gap, gap_ended_at = largest_gap(timeline)
+    return PressureSummary(
+        acts=acts,
+        missing_acts=tuple(missing_acts(acts)),
+        max_preemption_jump=biggest,
+        max_preemption_jump_at=timeline[jumps.index(biggest)].t if biggest > 0 else None,
+        preemptions_total=timeline[-1].preemptions if timeline else 0.0,
+        peak_waiting=_max([p.waiting for p in timeline]),
+        peak_kv_cache_usage=_max([p.kv_cache_usage for p in timeline]),
+        first_full_at=first_time(timeline, lambda p: (p.kv_cache_usage or 0) >= saturation),
+        first_waiting_at=first_time(timeline, lambda p: (p.waiting or 0) > 0),
+        first_preemption_at=first_time(timeline, lambda p: p.preemptions > 0),
+        max_gap_seconds=gap,
+        max_gap_ended_at=gap_ended_at,
+    )

@@ -1,0 +1,73 @@
+"""The KV-pressure phase: its parameters, the article's run as defaults, read from YAML."""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from dataclasses import dataclass
+
+from vllm_glassbox.lab.backend import FlagOverrides
+from vllm_glassbox.lab.plan_yaml import (
+    Node,
+    Request,
+    count,
+    duration,
+    fraction,
+    positive_int,
+    read_flags,
+    read_request,
+    text,
+)
+
+KIND = "kv-pressure"
+#: The article's run (SPEC §1).
+KV_PRESSURE_PROMPT = "Write an extremely long and detailed essay, number {i}."
+
+
+@dataclass(frozen=True)
+class KvPressurePhase:
+    name: str
+    model: str | None
+    flags: FlagOverrides
+    request: Request  # prompt may contain {i}, the request's index
+    concurrency: int
+    poll_seconds: float
+    timeout_seconds: float
+    saturation: float  # KV usage from which the pool counts as full
+    warmup: int  # short requests before the flood, so one-time costs do not delay it
+    kind: str = KIND
+
+    @property
+    def server_starts(self) -> int:
+        return 1
+
+    def models(self) -> list[tuple[str, str]]:
+        return [("model", self.model)] if self.model is not None else []
+
+    def without_models(self, models: Set[str]) -> tuple[KvPressurePhase, list[str]]:
+        return self, []  # one server, no variants to leave out
+
+    def describe(self) -> str:
+        return (
+            f"{self.concurrency} requests of {self.request.max_tokens} tokens at once, "
+            f"polled every {self.poll_seconds:g}s"
+        )
+
+
+def parse(node: Node, name: str) -> KvPressurePhase:
+    """The phase from its YAML, the article's run as defaults."""
+    request = read_request(node, KV_PRESSURE_PROMPT, 4096, 0.7)
+    try:
+        request.prompt.format(i=0)
+    except (KeyError, IndexError, ValueError) as e:
+        node.problem("prompt", f"only {{i}} may be formatted into it ({e!r})")
+    return KvPressurePhase(
+        name=name,
+        model=node.get("model", text, None),
+        flags=read_flags(node, "flags", {"--gpu-memory-utilization": "0.20"}),
+        request=request,
+        concurrency=node.get("concurrency", positive_int, 32),
+        poll_seconds=node.get("poll", duration, 5.0),
+        timeout_seconds=node.get("timeout", duration, 3600.0),
+        saturation=node.get("saturation", fraction, 0.95),
+        warmup=node.get("warmup", count, 1),
+    )

@@ -1,0 +1,172 @@
+"""The KV-pressure phase in report.md: its summary line and its section (the acts, the
+polling's health, the pool timeline)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from vllm_glassbox.lab.experiments.kv_pressure.judge import (
+    ACT_CONDITIONS,
+    THREE_ACTS,
+    preemption_jumps,
+)
+from vllm_glassbox.lab.experiments.kv_pressure.result import KvPressureResult, TimelinePoint
+from vllm_glassbox.lab.report_format import integer, num, percent, plot_name, server_facts, table
+from vllm_glassbox.lab.results import PhaseResult
+
+MAX_TIMELINE_ROWS = 40
+
+
+def summary(k: KvPressureResult) -> str:
+    """The pool, its acts, the queue and the preemptions, in one sentence."""
+    found = k.pressure
+    pool = integer(k.startup.kv_cache_tokens if k.startup else None)
+    acts = " → ".join(a.name for a in found.acts)
+    story = (
+        "the article's three acts"
+        if not found.missing_acts
+        else f"missing act(s): {', '.join(found.missing_acts)}"
+    )
+    gap = (
+        f"; largest gap between polls {found.max_gap_seconds:.1f} s "
+        f"(poll every {num(k.poll_seconds)} s)"
+        if found.max_gap_seconds is not None
+        else ""
+    )
+    return (
+        f"pool of {pool} tokens; {acts} ({story}); full after {num(found.first_full_at)} s, "
+        f"queue peaked at {integer(found.peak_waiting)}, {found.preemptions_total:g} "
+        f"preemptions, the largest jump {found.max_preemption_jump:g} in one poll"
+        + (
+            f" (t = {found.max_preemption_jump_at:.0f} s)"
+            if found.max_preemption_jump_at is not None
+            else ""
+        )
+        + gap
+        + (f"; {len(k.missed_polls)} poll(s) failed" if k.missed_polls else "")
+        + "."
+    )
+
+
+def _sampled(timeline: Sequence[TimelinePoint], keep: set[int]) -> list[int]:
+    if len(timeline) <= MAX_TIMELINE_ROWS:
+        return list(range(len(timeline)))
+    step = len(timeline) / MAX_TIMELINE_ROWS
+    picked = {int(i * step) for i in range(MAX_TIMELINE_ROWS)} | keep | {len(timeline) - 1}
+    return sorted(picked)
+
+
+def section(phase: PhaseResult, k: KvPressureResult) -> list[str]:
+    found = k.pressure
+    out = server_facts(k.startup)
+    out += [
+        f"{k.requests} concurrent requests, {k.completed} completed, {k.failed} failed, "
+        f"in {k.flood_seconds:.0f} s. Preemptions: {found.preemptions_total:g} in total, "
+        f"the largest jump **{found.max_preemption_jump:g}** in one poll. Peak KV usage "
+        f"{percent(found.peak_kv_cache_usage)}, peak queue {integer(found.peak_waiting)}.",
+        "",
+        "The acts, each named only where its condition holds. vLLM counts a preemption "
+        "when the preempted request runs again, so at a full pool requests queue before "
+        "the count moves.",
+        "",
+    ]
+    out += table(
+        ["act", "condition", "from s", "to s", "polls", "preemptions", "peak waiting", "peak KV"],
+        [
+            [
+                a.name,
+                ACT_CONDITIONS.get(a.name, ""),
+                f"{a.start_t:.0f}",
+                f"{a.end_t:.0f}",
+                str(a.polls),
+                f"{a.preemptions:g}",
+                integer(a.peak_waiting),
+                percent(a.peak_kv_cache_usage),
+            ]
+            for a in found.acts
+        ],
+    )
+    if found.missing_acts:
+        out += [
+            f"**Missing act(s)** of the article's three ({' → '.join(THREE_ACTS)}): "
+            f"{', '.join(found.missing_acts)}.",
+            "",
+        ]
+    else:
+        out += ["All three of the article's acts happened, in order.", ""]
+    if k.poll_seconds is not None:
+        hole = found.max_gap_seconds is not None and found.max_gap_seconds > 2 * k.poll_seconds
+        out += [
+            f"Polled every {num(k.poll_seconds)} s by a process of its own: "
+            f"{len(k.timeline)} pages, {k.late_polls} late (vLLM took longer than a period "
+            f"to answer), {len(k.missed_polls)} failed; the largest gap between two pages "
+            f"{num(found.max_gap_seconds)} s"
+            + (" — **a hole in the timeline** (more than two periods)" if hole else "")
+            + _gap_cause(k)
+            + ".",
+            "",
+        ]
+        for m in k.missed_polls[:10]:
+            out += [f"- poll at {m.t:.1f} s failed: {m.error}"]
+        if k.missed_polls:
+            out += [""]
+    jumps = preemption_jumps(k.timeline)
+    biggest = {jumps.index(max(jumps))} if jumps and max(jumps) > 0 else set()
+    rows = [
+        [
+            f"{k.timeline[i].t:.1f}",
+            num(k.timeline[i].running),
+            num(k.timeline[i].waiting),
+            percent(k.timeline[i].kv_cache_usage),
+            f"{k.timeline[i].preemptions:g}",
+            f"+{jumps[i]:g}" if jumps[i] else "",
+            integer(k.timeline[i].generated_tokens),
+            num(k.timeline[i].latency_seconds, 2),
+            num(k.timeline[i].delay_seconds, 2),
+        ]
+        for i in _sampled(k.timeline, biggest)
+    ]
+    out += [
+        "The pool timeline"
+        + (
+            " (sampled; every poll is in results.json)"
+            if len(k.timeline) > MAX_TIMELINE_ROWS
+            else ""
+        )
+        + ":",
+        "",
+    ]
+    out += table(
+        [
+            "t s",
+            "running",
+            "waiting",
+            "KV usage",
+            "preemptions",
+            "this poll",
+            "tokens",
+            "answer s",
+            "sent late s",
+        ],
+        rows,
+    )
+    if k.request_errors:
+        out += ["Request errors: " + "; ".join(k.request_errors), ""]
+    out += [f"![KV pressure timeline]({plot_name(phase, 'timeline')})", ""]
+    return out
+
+
+def _gap_cause(k: KvPressureResult) -> str:
+    """Why the largest gap: the page ending it was sent late, or vLLM answered late."""
+    end = next((p for p in k.timeline if p.t == k.pressure.max_gap_ended_at), None)
+    if end is None or k.poll_seconds is None or end.latency_seconds is None:
+        return ""
+    parts = []
+    if (end.delay_seconds or 0.0) > 0.5 * k.poll_seconds:
+        parts.append(
+            f"its closing poll was sent {end.delay_seconds:.1f} s after its tick (this "
+            "machine's CPU was taken)"
+        )
+    if end.latency_seconds > 0.5 * k.poll_seconds:
+        parts.append(f"vLLM took {end.latency_seconds:.1f} s to answer it")
+    return f": {' and '.join(parts)}" if parts else ""

@@ -1,0 +1,107 @@
+"""The KV-pressure phase against a server: many long requests at once, the pool polled.
+
+The flood is sent all at once; a sampler polls vLLM's page every `poll` seconds for the
+pool's usage, the queue and preemptions, from the empty pool to the last answer.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.lab.experiments.base import PhaseFailed, Services, describe_error
+from vllm_glassbox.lab.experiments.kv_pressure.judge import pressure_summary, timeline_point
+from vllm_glassbox.lab.experiments.kv_pressure.phase import KvPressurePhase
+from vllm_glassbox.lab.experiments.kv_pressure.result import (
+    KvPressureResult,
+    MissedPoll,
+    TimelinePoint,
+)
+from vllm_glassbox.lab.measure import Sampler
+from vllm_glassbox.lab.progress import number_text
+
+
+def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
+    """The flood on one server, polled from the empty pool to the last answer."""
+    overrides = {**phase.flags, **({"--model": phase.model} if phase.model else {})}
+    with lab.segment(phase, "", overrides) as served:
+        client = served.client
+        model = served.deployed.served_model_name
+        bodies = [phase.request.body(model, i=i) for i in range(phase.concurrency)]
+        # A short request first: one-time costs of the first request (in vLLM's API
+        # server and its kernels) must not hold back the flood's admission.
+        warm = {**bodies[0], "max_tokens": min(16, phase.request.max_tokens)}
+        lab.warm_up(served, warm, phase.warmup)
+        total = float(phase.request.max_tokens * phase.concurrency)
+        baseline = client.snapshot()
+        timeline: list[TimelinePoint] = []
+        missed: list[MissedPoll] = []
+
+        def on_sample(t: float, snap: Snapshot, latency: float, delay: float) -> None:
+            point = timeline_point(t, baseline, snap, latency, delay)
+            timeline.append(point)
+            lab.progress.tokens(point.generated_tokens, total)
+            lab.progress.status(_pressure_line(point))
+
+        def on_missed(t: float, error: str) -> None:
+            missed.append(MissedPoll(t, error))
+            lab.progress.note(f"  poll at {t:.1f}s failed: {error}")
+
+        lab.progress.status(f"flood of {phase.concurrency} requests")
+        pool = concurrent.futures.ThreadPoolExecutor(phase.concurrency, "flood")
+        started = time.monotonic()
+        try:
+            # The sampler's first poll is the empty pool at t = 0; the flood follows.
+            with Sampler(client, phase.poll_seconds, on_sample, on_missed=on_missed):
+                futures = [pool.submit(client.complete, b) for b in bodies]
+                done, pending = concurrent.futures.wait(futures, phase.timeout_seconds)
+        finally:
+            # Never wait for requests in flight: restore() stops the server under them.
+            pool.shutdown(wait=False, cancel_futures=True)
+        completions = [f.result() for f in done if f.exception() is None]
+        errors = [describe_error(e) for f in done if (e := f.exception()) is not None]
+        final = client.settled_snapshot(
+            baseline, sum(c.completion_tokens for c in completions), len(completions)
+        )
+        timeline.append(timeline_point(time.monotonic() - started, baseline, final))
+        result = KvPressureResult(
+            startup=served.startup,
+            requests=phase.concurrency,
+            completed=len(completions),
+            failed=len(errors) + len(pending),
+            flood_seconds=time.monotonic() - started,
+            timeline=tuple(timeline),
+            pressure=pressure_summary(timeline, phase.saturation),
+            request_errors=tuple(sorted(set(errors)))[:10],
+            poll_seconds=phase.poll_seconds,
+            missed_polls=tuple(missed),
+            late_polls=sum(
+                1
+                for p in timeline
+                if p.latency_seconds is not None and p.latency_seconds > phase.poll_seconds
+            ),
+        )
+        lab.progress.note(
+            f"  flood: {result.completed}/{result.requests} done, "
+            f"{result.pressure.preemptions_total:g} preemptions, "
+            f"largest jump {result.pressure.max_preemption_jump:g} in one poll, "
+            f"acts: {' → '.join(a.name for a in result.pressure.acts)}"
+        )
+        if pending:
+            raise PhaseFailed(
+                f"{len(pending)} request(s) still running after "
+                f"{phase.timeout_seconds:g}s (timeout)",
+                result,
+            )
+        if errors:
+            raise PhaseFailed(f"{len(errors)} request(s) failed: {errors[0]}", result)
+        return result
+
+
+def _pressure_line(p: TimelinePoint) -> str:
+    usage = "–" if p.kv_cache_usage is None else f"{p.kv_cache_usage:.0%}"
+    return (
+        f"running {number_text(p.running)}, waiting {number_text(p.waiting)}, KV {usage}, "
+        f"preemptions {p.preemptions:g}"
+    )

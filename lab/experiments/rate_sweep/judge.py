@@ -1,0 +1,244 @@
+"""What the rate sweep's numbers mean: whether a step kept up (and whether it can be
+judged at all), whether the client's and the counters' TPOT agree, the knee and the
+mechanism that ends it, and whether the headroom series saw the first preemption coming."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from vllm_glassbox.exporter import derive
+from vllm_glassbox.lab.experiments.rate_sweep.result import (
+    ClientView,
+    Forecast,
+    Knee,
+    ServerView,
+    SweepPoint,
+    SweepStep,
+)
+from vllm_glassbox.lab.findings import difference
+
+#: The arrivals must span this many times the first requests' latency: a batching server
+#: that keeps up reaches its steady state about one latency after the first arrival, and
+#: in a shorter step every request is still in it together (they finish together at
+#: the end, whatever the server's capacity).
+MIN_SPAN_LATENCIES = 2.0
+#: The client's TPOT and the counters' agree within this ratio.
+TPOT_AGREEMENT = 0.10
+#: Decode steps this much longer than at the lowest rate: the batch made them longer.
+LONGER_STEPS = 1.25
+
+
+def achieved_rate(client: ClientView) -> float | None:
+    """Requests per second the server served while they arrived: the arrival rate over
+    1 + the backlog's growth (a server that keeps up serves them as they come)."""
+    if client.arrival_rate is None or client.backlog_growth is None:
+        return None
+    return derive.ratio(client.arrival_rate, 1.0 + max(client.backlog_growth, 0.0))
+
+
+def judged(client: ClientView) -> bool:
+    """Enough requests, over long enough a span, to tell keeping up from ramping up."""
+    span, early = client.arrival_span_seconds, client.early_latency_seconds
+    return (
+        client.backlog_growth is not None
+        and span is not None
+        and early is not None
+        and span >= MIN_SPAN_LATENCIES * early
+    )
+
+
+def keeps_up(client: ClientView, threshold: float) -> bool | None:
+    """Served at least `threshold` of the arrival rate, every request answered; None when
+    the step cannot tell (`judged`)."""
+    achieved = achieved_rate(client)
+    if achieved is None or client.arrival_rate is None or not judged(client):
+        return None
+    return client.failed == 0 and achieved >= threshold * client.arrival_rate
+
+
+def slo_share(client: ClientView) -> float | None:
+    """The share of requests within the plan's SLOs (goodput over throughput)."""
+    if client.request_goodput is None or client.request_throughput is None:
+        return None
+    return derive.ratio(client.request_goodput, client.request_throughput)
+
+
+def tpot_verdict(
+    client: ClientView | None, server: ServerView | None
+) -> tuple[float | None, bool | None, str | None]:
+    """The client's mean TPOT against the counters': their difference, whether they agree
+    (TPOT_AGREEMENT), and why not when they do not."""
+    if client is None or server is None:
+        return None, None, None
+    d = difference(client.tpot_mean, server.tpot_seconds)
+    if d is None:
+        return None, None, "one side has no TPOT (no request of more than one token)"
+    if abs(d) <= TPOT_AGREEMENT:
+        return d, True, None
+    if client.failed:
+        return (
+            d,
+            False,
+            (
+                f"{client.failed} request(s) failed: the counters count their tokens, the "
+                "client's mean leaves them out"
+            ),
+        )
+    if d > 0:
+        return (
+            d,
+            False,
+            (
+                "the client times tokens as they arrive over HTTP; vLLM's inter-token "
+                "histogram is stamped by the engine. The difference is the API server's delay "
+                "in sending them (it streams several tokens at once when it falls behind the "
+                "engine, its CPU shared with it) and the benchmark's own event loop"
+            ),
+        )
+    return (
+        d,
+        False,
+        (
+            "the counters' TPOT is higher: tokens of the step that the client did not time "
+            "(requests still running at the step's first or last poll) are in the counters"
+        ),
+    )
+
+
+# --- what the numbers mean: the knee and its mechanism --------------------------------------
+
+KV_POOL = "kv-pool"
+CLIENT_LIMIT = "client-limit"
+ADMISSION = "admission"
+DECODE_STEPS = "decode-steps"
+FIRST_STEP = "first-step"
+UNEXPLAINED = "unexplained"
+
+#: Each mechanism's condition, as the report states it.
+LIMITS = {
+    KV_POOL: "the KV pool full, then requests queue and vLLM preempts",
+    CLIENT_LIMIT: "the benchmark's --max-concurrency holds the requests back (vLLM's queue "
+    "stays empty)",
+    ADMISSION: "requests queue while the pool has room: the scheduler's batch limits "
+    "(--max-num-seqs, --max-num-batched-tokens) or the prefill time",
+    DECODE_STEPS: f"decode steps {LONGER_STEPS - 1:.0%} or more longer than at the lowest "
+    "rate as the batch grows, the pool not full: the hardware's compute or bandwidth",
+    FIRST_STEP: "the lowest rate already falls behind, the pool not full and nobody "
+    "waiting: nothing to hold its decode steps against (start the sweep lower; on a "
+    "shared machine, see the host's load)",
+    UNEXPLAINED: "none of the mechanisms above holds",
+}
+
+
+def limit_of(
+    step: SweepStep, first: SweepStep, saturation: float, max_concurrency: int | None
+) -> str:
+    """What holds the server back at `step` (LIMITS), `first` the lowest rate's step."""
+    server = step.server
+    if server is None:
+        return UNEXPLAINED
+    queued = (server.peak_waiting or 0) > 0
+    # vLLM preempts only when a running request finds no free block: a preemption proves
+    # the pool ran full even where no poll landed on that moment.
+    full = (server.peak_kv_cache_usage or 0.0) >= saturation or server.preemptions > 0
+    if full and (queued or server.preemptions > 0):
+        return KV_POOL
+    client = step.client
+    if (
+        max_concurrency is not None
+        and client is not None
+        and (client.max_concurrent_requests or 0) >= max_concurrency
+        and not queued
+    ):
+        return CLIENT_LIMIT
+    if queued and not full:
+        return ADMISSION
+    slower = decode_slowdown(step, first)
+    if slower is not None and slower >= LONGER_STEPS:
+        return DECODE_STEPS
+    return FIRST_STEP if step.index == first.index else UNEXPLAINED
+
+
+def find_knee(steps: Sequence[SweepStep], keep_up: float) -> Knee:
+    """The highest rate kept up with before the first step that was not; and the highest
+    before the first whose share of requests within the SLOs fell below `keep_up`."""
+    slo_rate = None
+    for step in steps:
+        share = slo_share(step.client) if step.client else None
+        if share is None or share < keep_up:
+            break
+        slo_rate = step.rate
+    kept = None
+    unjudged: list[float] = []
+    for step in steps:
+        if step.keeps_up is False:
+            limit = step.limit
+            return Knee(kept, step.rate, limit, LIMITS.get(limit or ""), slo_rate, tuple(unjudged))
+        if step.keeps_up:
+            kept, unjudged = step.rate, []
+        else:
+            unjudged.append(step.rate)
+    return Knee(kept, None, None, None, slo_rate, tuple(unjudged))
+
+
+def _first_zero(points: Sequence[SweepPoint], value: str, until: int) -> float | None:
+    """When the headroom (`value`) first read 0 in the step of the poll `until`, at or
+    before it: the first warning (the pool may free room again as requests finish or are
+    evicted, and fill again)."""
+    step = points[until].step
+    return next(
+        (
+            p.t
+            for p in points[: until + 1]
+            if p.step == step and (v := getattr(p, value)) is not None and v <= 0
+        ),
+        None,
+    )
+
+
+def forecast(points: Sequence[SweepPoint]) -> Forecast:
+    """Whether the headroom series were at 0 (no more request of the current mean size
+    fits) before the first poll that counted a preemption, and for how long."""
+    at = next((i for i, p in enumerate(points) if p.preemptions > 0), None)
+    if at is None:
+        return Forecast(None, None, None, None, None, None, "no preemption happened")
+    first = points[at]
+    lab_zero = _first_zero(points, "headroom_requests", at)
+    exp_zero = _first_zero(points, "exporter_headroom_requests", at)
+    lead = first.t - lab_zero if lab_zero is not None else None
+    exp_lead = first.t - exp_zero if exp_zero is not None else None
+    seen = exp_lead if exp_lead is not None else lead
+    who = "the exporter's" if exp_lead is not None else "the lab's"
+    if seen is None:
+        verdict = "no: the headroom did not reach 0 before the first preemption was counted"
+    elif seen > 0:
+        verdict = f"yes: {who} headroom reached 0 {seen:.1f} s before the first preemption"
+    else:
+        verdict = "at once: the headroom reached 0 at the same poll as the first preemption"
+    return Forecast(first.t, first.step, lab_zero, lead, exp_zero, exp_lead, verdict)
+
+
+def judge_steps(
+    steps: Sequence[SweepStep], saturation: float, max_concurrency: int | None
+) -> list[SweepStep]:
+    """Each step with its decode steps against the lowest rate's, and the mechanism that
+    held it back (for those not seen to keep up)."""
+    if not steps:
+        return []
+    first = steps[0]
+    return [
+        replace(
+            step,
+            decode_slowdown=decode_slowdown(step, first),
+            limit=None if step.keeps_up else limit_of(step, first, saturation, max_concurrency),
+        )
+        for step in steps
+    ]
+
+
+def decode_slowdown(step: SweepStep, first: SweepStep) -> float | None:
+    """How many times as long a decode step took as at the lowest rate (the counters' ITL)."""
+    base = first.server.inter_token_latency_seconds if first.server else None
+    now = step.server.inter_token_latency_seconds if step.server else None
+    return None if base is None or now is None else derive.ratio(now, base)

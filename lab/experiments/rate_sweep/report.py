@@ -1,0 +1,237 @@
+"""The rate sweep in report.md: its summary line (the knee, the forecast) and its section
+(each step from the client's and the server's side, the knee and its mechanism, the
+first preemption)."""
+
+from __future__ import annotations
+
+from vllm_glassbox.lab.experiments.kv_pressure.judge import SATURATED
+from vllm_glassbox.lab.experiments.rate_sweep.judge import (
+    LIMITS,
+    MIN_SPAN_LATENCIES,
+    TPOT_AGREEMENT,
+    slo_share,
+)
+from vllm_glassbox.lab.experiments.rate_sweep.result import RateSweepResult, SweepStep
+from vllm_glassbox.lab.experiments.rate_sweep.views import MIN_JUDGED_REQUESTS
+from vllm_glassbox.lab.report_format import (
+    gbs,
+    integer,
+    num,
+    percent,
+    plot_name,
+    server_facts,
+    table,
+)
+from vllm_glassbox.lab.results import PhaseResult
+
+
+def summary(r: RateSweepResult) -> str:
+    knee = r.knee
+    if knee.rate is None and knee.first_unsustained_rate is None:
+        head = "no step long enough to judge"
+    elif knee.rate is None:
+        head = f"not even {knee.first_unsustained_rate:g} req/s kept up with"
+    elif knee.first_unsustained_rate is None:
+        head = f"kept up with every step judged, up to {knee.rate:g} req/s: the knee is higher"
+    else:
+        head = f"knee at {knee.rate:g} req/s"
+        if knee.unjudged:
+            head = (
+                f"knee between {knee.rate:g} and {knee.first_unsustained_rate:g} req/s "
+                f"({', '.join(f'{r:g}' for r in knee.unjudged)} not judged)"
+            )
+    if knee.first_unsustained_rate is not None and knee.limit:
+        head += f" (at {knee.first_unsustained_rate:g} req/s: {LIMITS[knee.limit]})"
+    return f"{head}; first preemption forecast: {r.forecast.verdict}."
+
+
+def _ms(value: float | None) -> str:
+    return num(value, scale=1000)
+
+
+def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
+    out = server_facts(r.startup)
+    slos = ", ".join(f"{k} ≤ {v * 1000:g} ms" for k, v in r.goodput_slos.items()) or "none"
+    out += [
+        f"`vllm bench serve` at each rate: {r.arrivals} arrivals, random prompts of "
+        f"{r.input_len} tokens, {r.output_len} generated (EOS ignored)"
+        + (f", at most {r.max_concurrency} at once" if r.max_concurrency else "")
+        + f"; goodput SLOs: {slos}. Its JSON of each step is kept beside the report.",
+        "",
+        "**The client's view** (the benchmark). Backlog: how many seconds the time from the "
+        "k-th arrival to the k-th completion grows per second of arrivals — level (0) for "
+        "a server that keeps up, whatever the arrivals' randomness; achieved: the rate the "
+        "requests actually arrived at over 1 + that growth. A step keeps up when it "
+        f"serves at least {percent(r.keep_up)} of the arrival rate and every request is "
+        f"answered. A step is not judged (–) with fewer than {MIN_JUDGED_REQUESTS} requests, "
+        f"or when its arrivals span less than {MIN_SPAN_LATENCIES:g}× the latency of its "
+        "first requests: a batching server is still filling up then, every request in it "
+        "at once.",
+        "",
+    ]
+    out += table(
+        [
+            "rate req/s", "arrived req/s", "backlog s/s", "achieved req/s", "keeps up", "done",
+            "failed", "goodput req/s", "within SLOs", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
+            "ITL p50/p99 ms", "E2E p50/p99 s",
+        ],
+        [
+            [
+                f"{st.rate:g}",
+                num(c.arrival_rate),
+                num(c.backlog_growth, 2),
+                num(st.achieved_rate),
+                {True: "yes", False: "**no**", None: "–"}[st.keeps_up],
+                str(c.completed),
+                str(c.failed),
+                num(c.request_goodput),
+                percent(slo_share(c)),
+                f"{_ms(c.ttft_p50)} / {_ms(c.ttft_p99)}",
+                f"{_ms(c.tpot_p50)} / {_ms(c.tpot_p99)}",
+                f"{_ms(c.itl_p50)} / {_ms(c.itl_p99)}",
+                f"{num(c.e2el_p50)} / {num(c.e2el_p99)}",
+            ]
+            for st in r.steps
+            if (c := st.client) is not None
+        ],
+    )  # fmt: skip
+    out += [
+        "**The server's view** (vLLM's counters around each step through the derivation "
+        "core; peaks and headroom from the polls of its page"
+        + (", the exporter beside it for its headroom series" if r.exporter else "")
+        + "). TPOT from counters against the client's mean TPOT; the host's 1-minute load "
+        f"average at each step's end ({integer(r.host_cpus)} CPUs):",
+        "",
+    ]
+    out += table(
+        [
+            "rate req/s", "TPOT counters ms", "client mean ms", "agree", "tokens/engine step",
+            "preemptions/s", "peak KV", "peak waiting", "peak running", "min headroom",
+            "weight reads", "host load", "acts", "limit",
+        ],
+        [
+            [
+                f"{st.rate:g}",
+                _ms(sv.tpot_seconds),
+                _ms(st.client.tpot_mean if st.client else None),
+                _agree_cell(st),
+                num(sv.tokens_per_engine_step),
+                num(sv.preemptions_per_second),
+                percent(sv.peak_kv_cache_usage),
+                integer(sv.peak_waiting),
+                integer(sv.peak_running),
+                integer(sv.min_headroom_requests)
+                + (
+                    f" (exporter {integer(sv.min_exporter_headroom_requests)})"
+                    if r.exporter
+                    else ""
+                ),
+                gbs(sv.weight_read_bandwidth),
+                num(st.host_load, 2),
+                " → ".join(st.acts),
+                st.limit or "",
+            ]
+            for st in r.steps
+            if (sv := st.server) is not None
+        ],
+    )  # fmt: skip
+    notes = [st for st in r.steps if st.tpot_note]
+    for st in notes:
+        out += [f"- At {st.rate:g} req/s the two TPOTs differ: {st.tpot_note}."]
+    if notes:
+        out += [""]
+    elif any(st.tpot_agree for st in r.steps):
+        out += [f"The two TPOTs agree within {TPOT_AGREEMENT:.0%} at every step.", ""]
+    out += ["**The knee.** " + _knee_words(r), "", "**The first preemption.** "]
+    out[-1] += _forecast_words(r)
+    out += [""]
+    if SATURATED in {a for st in r.steps for a in st.acts}:
+        rates = [f"{st.rate:g}" for st in r.steps if SATURATED in st.acts]
+        out += [f"The act *{SATURATED}* happened at {', '.join(rates)} req/s.", ""]
+    for st in r.steps:
+        if st.error:
+            out += [f"- step at {st.rate:g} req/s: {st.error.splitlines()[0]}"]
+    if r.missed_polls:
+        out += [f"{r.missed_polls} poll(s) of vLLM's page failed (kept out of the timeline).", ""]
+    out += [
+        f"![rate sweep]({plot_name(phase, 'sweep')})",
+        "",
+        f"![rate sweep timeline]({plot_name(phase, 'timeline')})",
+        "",
+    ]
+    return out
+
+
+def _agree_cell(st: SweepStep) -> str:
+    if st.tpot_agree is None:
+        return "–"
+    return ("yes" if st.tpot_agree else "**no**") + f" ({percent(st.tpot_difference, signed=True)})"
+
+
+def _knee_words(r: RateSweepResult) -> str:
+    k = r.knee
+    if k.first_unsustained_rate is None:
+        top = max((st.rate for st in r.steps if st.keeps_up), default=None)
+        words = (
+            f"Every step judged kept up (up to {top:g} req/s): the knee lies higher."
+            if top is not None
+            else "No step could be judged."
+        )
+    else:
+        where = (
+            f"The server keeps up with {k.rate:g} req/s and falls behind at "
+            f"{k.first_unsustained_rate:g} req/s"
+            if k.rate is not None
+            else f"The server falls behind already at {k.first_unsustained_rate:g} req/s"
+        )
+        words = f"{where}. What ends it: **{k.limit}** — {k.limit_text}."
+        if k.unjudged:
+            words += (
+                f" The steps between, at {', '.join(f'{r:g}' for r in k.unjudged)} req/s, "
+                "could not be judged (arrivals spanning less than twice their first "
+                "requests' latency): the knee lies among them."
+            )
+        step = next(st for st in r.steps if st.rate == k.first_unsustained_rate)
+        if step.index > r.steps[0].index and step.decode_slowdown and step.server:
+            words += (
+                f" There, decode steps took {step.decode_slowdown:.2f}× as long as at the "
+                f"lowest rate, {num(step.server.tokens_per_engine_step)} tokens per engine "
+                f"step; peak KV usage {percent(step.server.peak_kv_cache_usage)}, peak queue "
+                f"{integer(step.server.peak_waiting)}, "
+                f"{step.server.preemptions:g} preemptions."
+            )
+    if r.goodput_slos:
+        words += (
+            f" Within the SLOs ({percent(r.keep_up)} of requests or more): up to "
+            f"{k.slo_rate:g} req/s."
+            if k.slo_rate is not None
+            else " Not even the first step kept its requests within the SLOs."
+        )
+    return words
+
+
+def _forecast_words(r: RateSweepResult) -> str:
+    f = r.forecast
+    if f.first_preemption_at is None:
+        return "No preemption happened in the sweep."
+    rate = next((st.rate for st in r.steps if st.index == f.first_preemption_step), None)
+    lab = (
+        f"the lab's polls (the derivation core) had it at 0 from t = {f.headroom_zero_at:.1f} s, "
+        f"{f.lead_seconds:.1f} s before"
+        if f.headroom_zero_at is not None and f.lead_seconds is not None
+        else "the lab's polls had it above 0 until then"
+    )
+    exporter = ""
+    if r.exporter:
+        exporter = (
+            f"; the exporter's series was 0 from t = {f.exporter_headroom_zero_at:.1f} s, "
+            f"{f.exporter_lead_seconds:.1f} s before"
+            if f.exporter_headroom_zero_at is not None and f.exporter_lead_seconds is not None
+            else "; the exporter's series was above 0 until then"
+        )
+    return (
+        f"First counted at t = {f.first_preemption_at:.1f} s (the step at {num(rate)} req/s). "
+        f"Did the headroom series (requests of the current mean size that still fit) see it "
+        f"coming? {f.verdict}: {lab}{exporter}. vLLM counts a preemption when the "
+        "preempted request runs again, so the count trails the eviction itself."
+    )
