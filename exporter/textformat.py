@@ -11,6 +11,7 @@ look like exposition text (a cheap whole-page shape check). Anything wrong raise
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator
@@ -162,18 +163,20 @@ def parse_samples(text: str, wanted: Iterable[str], limits: Limits = DEFAULT_LIM
         return {}
     samples: Samples = {}
     max_value_length = limits.max_label_value_length
-    for start, name, rest in _wanted_lines(text, names):
+    for line in _wanted_lines(text, names):
+        name, rest = line.group(1, 2)
         try:
             labels, value = _parse_sample_rest(rest, max_value_length)
         except ScrapeError as e:
             # Line numbers are only worth counting when something is wrong.
-            raise ScrapeError(e.reason, f"line {_line_of(text, start)}: {e}") from None
+            raise ScrapeError(e.reason, f"line {_line_of(text, line.start(1))}: {e}") from None
         series = samples.setdefault(name, {})
         if labels in series:
             shown = ",".join(f"{k}={v!r}" for k, v in labels)
             shown = shown if len(shown) <= 120 else shown[:117] + "..."
             raise ScrapeError(
-                "duplicate_series", f"line {_line_of(text, start)}: {name}{{{shown}}} repeats"
+                "duplicate_series",
+                f"line {_line_of(text, line.start(1))}: {name}{{{shown}}} repeats",
             )
         if len(series) >= limits.max_series_per_metric:
             raise ScrapeError(
@@ -217,14 +220,12 @@ def _trie_pattern(words: Iterable[str]) -> str:
     return "(?:" + "|".join(branches) + ")"
 
 
-def _wanted_lines(text: str, names: tuple[str, ...]) -> Iterator[tuple[int, str, str]]:
-    """(offset of the line, sample name, rest of the line) for each line of `names`."""
+def _wanted_lines(text: str, names: tuple[str, ...]) -> Iterator[re.Match[str]]:
+    """The match of each line of `names`: group 1 the sample name, which starts the line,
+    group 2 the rest of the line."""
     first, later = _finders(names)
     m = first.match(text)
-    if m is not None:
-        yield 0, m.group(1), m.group(2)
-    for m in later.finditer(text):
-        yield m.start() + 1, m.group(1), m.group(2)
+    return itertools.chain(() if m is None else (m,), later.finditer(text))
 
 
 def _parse_sample_rest(rest: str, max_value_length: int) -> tuple[Labels, float]:
