@@ -13,6 +13,10 @@ this process, all threads) is the client's alone:
              snapshot, window history, every derived family.
   naive      httpx GET (one reused client, as glassbox has) + a full parse with
              prometheus_client.parser.text_string_to_metric_families.
+  deployed   Poller.poll_once() as against vLLM: the page of the samples it reads.
+
+The three are measured in interleaved rounds (a batch of each per round); each ratio is
+the median of the per-round ratios, with the lowest and highest.
 
 Then the cost of serving the exporter's own /metrics (encoding its latest publication),
 and with --soak the resident memory before and after N polls of pages that keep
