@@ -13,6 +13,10 @@ this process, all threads) is the client's alone:
              snapshot, window history, every derived family.
   naive      httpx GET (one reused client, as glassbox has) + a full parse with
              prometheus_client.parser.text_string_to_metric_families.
+  deployed   Poller.poll_once() as against vLLM: the page of the samples it reads.
+
+The three are measured in interleaved rounds (a batch of each per round); each ratio is
+the median of the per-round ratios, with the lowest and highest.
 
 Then the cost of serving the exporter's own /metrics (encoding its latest publication),
 and with --soak the resident memory before and after N polls of pages that keep
@@ -119,6 +123,30 @@ def cpu_per_call(fn: Callable[[], object], calls: int, batches: int = 5) -> floa
     return min(per_call)
 
 
+def interleaved(
+    ways: dict[str, tuple[Callable[[], object], int]], rounds: int
+) -> dict[str, list[float]]:
+    """Process CPU seconds per call of each way, one batch of each in turn, round after
+    round: whatever else the machine does lands on all of them alike, so the ratio of
+    two ways within a round is fair even when the machine is busy."""
+    for fn, _ in ways.values():
+        fn()  # warm up: imports, compiled regexes, first connection
+    per_call: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(rounds):
+        for name, (fn, calls) in ways.items():
+            started = time.process_time()
+            for _ in range(calls):
+                fn()
+            per_call[name].append((time.process_time() - started) / calls)
+    return per_call
+
+
+def ratios(over: list[float], under: list[float]) -> str:
+    """The median of the per-round ratios, with the lowest and highest."""
+    each = [a / b for a, b in zip(over, under, strict=True)]
+    return f"{statistics.median(each):.3f} ({min(each):.3f}-{max(each):.3f})"
+
+
 def rss_bytes() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -139,7 +167,8 @@ def naive_poll(client: httpx.Client, url: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=100, help="polls per batch (default 100)")
+    p.add_argument("--calls", type=int, default=20, help="polls per batch (default 20)")
+    p.add_argument("--rounds", type=int, default=25, help="rounds of batches (default 25)")
     p.add_argument("--soak", type=int, default=0, metavar="N", help="also poll N times for RSS")
     args = p.parse_args(argv)
 
@@ -155,32 +184,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = f"http://127.0.0.1:{ports.get()}"
     try:
         print(f"python {sys.version.split()[0]}, {multiprocessing.cpu_count()} CPUs")
+        print(f"load average before: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
         print(
-            f"{'page':<10} {'bytes':>8} {'series':>7} {'glassbox':>10} {'naive':>10} {'ratio':>6}"
-            f" {'as deployed':>12} {'ratio':>6}"
+            f"{'page':<6} {'bytes':>8} {'series':>7} {'glassbox':>9} {'naive':>9}"
+            f" {'ratio (min-max)':>21} {'deployed':>9} {'ratio (min-max)':>21}"
         )
         client = httpx.Client(trust_env=False)
         for name in ("one", "eight"):
             # The same page for both: a server without the filtered page.
             whole = poller_for(f"{base}/{name}-whole")
             assert whole.poll_once() and whole.filtered_page is False, "not a clean poll"
-            glassbox = cpu_per_call(whole.poll_once, args.calls)
-            naive_calls = max(args.calls // 5, 5)  # it is slow: fewer calls per batch
             url = f"{base}/{name}"
-            naive = cpu_per_call(functools.partial(naive_poll, client, url), naive_calls)
             # As deployed against vLLM: the page of the samples glassbox reads.
             filtered = poller_for(url)
             assert filtered.poll_once() and filtered.filtered_page, "not a clean poll"
-            deployed = cpu_per_call(filtered.poll_once, args.calls)
+            naive_calls = max(args.calls // 5, 2)  # it is slow: fewer calls per batch
+            cpu = interleaved(
+                {
+                    "glassbox": (whole.poll_once, args.calls),
+                    "naive": (functools.partial(naive_poll, client, url), naive_calls),
+                    "deployed": (filtered.poll_once, args.calls),
+                },
+                args.rounds,
+            )
             size = len(pages[name][0])
             series = naive_poll(client, url)
+            median = {way: statistics.median(times) * 1e3 for way, times in cpu.items()}
             print(
-                f"{name:<10} {size:>8} {series:>7} {glassbox * 1e3:>8.2f}ms "
-                f"{naive * 1e3:>8.2f}ms {glassbox / naive:>6.3f} {deployed * 1e3:>10.2f}ms "
-                f"{deployed / naive:>6.3f}"
+                f"{name:<6} {size:>8} {series:>7} {median['glassbox']:>7.2f}ms "
+                f"{median['naive']:>7.2f}ms {ratios(cpu['glassbox'], cpu['naive']):>21} "
+                f"{median['deployed']:>7.2f}ms {ratios(cpu['deployed'], cpu['naive']):>21}"
             )
             whole.fetcher.close()
             filtered.fetcher.close()
+        print(f"load average after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
         # Serving: the exporter's own /metrics after polls of the 8-engine page.
         poller = poller_for(f"{base}/eight-whole")
@@ -188,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             poller.poll_once()
         registry = make_registry(poller)
         text = generate_latest(registry)
-        encode = cpu_per_call(lambda: generate_latest(registry), args.calls)
+        encode = cpu_per_call(lambda: generate_latest(registry), 100)
         lines = text.count(b"\n")
         print(f"serving own /metrics (8 engines, {lines} lines): {encode * 1e3:.2f} ms CPU")
         wall = _wall_per_scrape(poller)

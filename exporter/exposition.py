@@ -92,20 +92,21 @@ def derived_families(state: PollState) -> list[Metric]:
         return []
     context = series.derivation_context(state.weights, state.peak_bandwidth, state.layout.tensor)
     window = state.window_seconds
+    increases = sorted(state.increases.items())
     families: list[Metric] = []
     for windowed in series.WINDOWED:
         family = windowed.new(window)
-        for key, increase in sorted(state.increases.items()):
+        for key, increase in increases:
             _add(family, _engine_labels(key), windowed.compute(increase, context))
         families.append(family)
 
     covered = series.WINDOW_COVERED.new()
-    for key, increase in sorted(state.increases.items()):
+    for key, increase in increases:
         covered.add_metric(_engine_labels(key), increase.seconds)
     families.append(covered)
 
     by_position = series.POSITION_ACCEPTANCE.new(window)
-    for key, increase in sorted(state.increases.items()):
+    for key, increase in increases:
         for position, value in spec_position_acceptance(increase).items():
             by_position.add_metric([*_engine_labels(key), position], value)
     families.append(by_position)

@@ -11,6 +11,7 @@ import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from urllib.parse import quote
 
 from vllm_glassbox.exporter.errors import ScrapeError
@@ -95,8 +96,11 @@ FILTERED_PAGE_PATH = "/metrics/?" + "&".join(
 )
 
 
-@dataclass(frozen=True, order=True)
-class EngineKey:
+class EngineKey(NamedTuple):
+    """One engine: its `model_name` and `engine` labels. A named tuple, not a dataclass: it
+    keys every per-engine map, and a tuple hashes and compares in C (a poll does so
+    hundreds of times)."""
+
     model_name: str
     engine: str
 

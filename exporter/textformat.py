@@ -11,6 +11,7 @@ look like exposition text (a cheap whole-page shape check). Anything wrong raise
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator
@@ -57,23 +58,24 @@ def _unescape(value: str) -> str:
 #: A page's label sets are the same from one poll to the next: each is parsed once and
 #: then looked up (a poll of an 8-engine page parses ~180 of them). Bounded in entries
 #: and in the length of what is kept, so a page that changes every label costs memory
-#: of at most about 4 MiB and the same time as without the cache.
+#: of at most about 4 MiB and the same time as without the cache. Keyed by the text and
+#: the one limit that applies (an int: hashing a `Limits` ran Python code for each line).
 _LABELS_CACHED = 2048
 _LABELS_CACHED_LENGTH = 2048
 
 
-def _parse_labels(text: str, limits: Limits) -> Labels:
+def _parse_labels(text: str, max_value_length: int) -> Labels:
     if len(text) <= _LABELS_CACHED_LENGTH:
-        return _parse_labels_cached(text, limits)
-    return _parse_labels_uncached(text, limits)
+        return _parse_labels_cached(text, max_value_length)
+    return _parse_labels_uncached(text, max_value_length)
 
 
 @functools.lru_cache(maxsize=_LABELS_CACHED)
-def _parse_labels_cached(text: str, limits: Limits) -> Labels:
-    return _parse_labels_uncached(text, limits)
+def _parse_labels_cached(text: str, max_value_length: int) -> Labels:
+    return _parse_labels_uncached(text, max_value_length)
 
 
-def _parse_labels_uncached(text: str, limits: Limits) -> Labels:
+def _parse_labels_uncached(text: str, max_value_length: int) -> Labels:
     pairs: list[tuple[str, str]] = []
     pos = 0
     while pos < len(text):
@@ -81,11 +83,10 @@ def _parse_labels_uncached(text: str, limits: Limits) -> Labels:
         if m is None:
             raise ScrapeError("parse", f"malformed labels {text[:80]!r}")
         value = _unescape(m.group(2))
-        if len(value) > limits.max_label_value_length:
+        if len(value) > max_value_length:
             raise ScrapeError(
                 "cardinality",
-                f"label {m.group(1)} has a {len(value)}-character value "
-                f"(limit {limits.max_label_value_length})",
+                f"label {m.group(1)} has a {len(value)}-character value (limit {max_value_length})",
             )
         pairs.append((m.group(1), value))
         pos = m.end()
@@ -161,18 +162,21 @@ def parse_samples(text: str, wanted: Iterable[str], limits: Limits = DEFAULT_LIM
     if not names:
         return {}
     samples: Samples = {}
-    for start, name, rest in _wanted_lines(text, names):
+    max_value_length = limits.max_label_value_length
+    for line in _wanted_lines(text, names):
+        name, rest = line.group(1, 2)
         try:
-            labels, value = _parse_sample_rest(rest, limits)
+            labels, value = _parse_sample_rest(rest, max_value_length)
         except ScrapeError as e:
             # Line numbers are only worth counting when something is wrong.
-            raise ScrapeError(e.reason, f"line {_line_of(text, start)}: {e}") from None
+            raise ScrapeError(e.reason, f"line {_line_of(text, line.start(1))}: {e}") from None
         series = samples.setdefault(name, {})
         if labels in series:
             shown = ",".join(f"{k}={v!r}" for k, v in labels)
             shown = shown if len(shown) <= 120 else shown[:117] + "..."
             raise ScrapeError(
-                "duplicate_series", f"line {_line_of(text, start)}: {name}{{{shown}}} repeats"
+                "duplicate_series",
+                f"line {_line_of(text, line.start(1))}: {name}{{{shown}}} repeats",
             )
         if len(series) >= limits.max_series_per_metric:
             raise ScrapeError(
@@ -216,21 +220,19 @@ def _trie_pattern(words: Iterable[str]) -> str:
     return "(?:" + "|".join(branches) + ")"
 
 
-def _wanted_lines(text: str, names: tuple[str, ...]) -> Iterator[tuple[int, str, str]]:
-    """(offset of the line, sample name, rest of the line) for each line of `names`."""
+def _wanted_lines(text: str, names: tuple[str, ...]) -> Iterator[re.Match[str]]:
+    """The match of each line of `names`: group 1 the sample name, which starts the line,
+    group 2 the rest of the line."""
     first, later = _finders(names)
     m = first.match(text)
-    if m is not None:
-        yield 0, m.group(1), m.group(2)
-    for m in later.finditer(text):
-        yield m.start() + 1, m.group(1), m.group(2)
+    return itertools.chain(() if m is None else (m,), later.finditer(text))
 
 
-def _parse_sample_rest(rest: str, limits: Limits) -> tuple[Labels, float]:
+def _parse_sample_rest(rest: str, max_value_length: int) -> tuple[Labels, float]:
     labels: Labels = ()
     if rest.startswith("{"):
         label_text, rest = _split_labels(rest)
-        labels = _parse_labels(label_text, limits)
+        labels = _parse_labels(label_text, max_value_length)
     vm = _VALUE_PART.fullmatch(rest)
     if vm is None:
         raise ScrapeError("parse", f"malformed sample {rest[:60]!r}")

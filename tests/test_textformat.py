@@ -151,6 +151,17 @@ def test_huge_label_value_is_a_cardinality_error() -> None:
     assert "5000-character value" in message
 
 
+def test_a_label_set_read_under_a_larger_limit_is_still_refused_under_a_smaller_one() -> None:
+    # Label sets are parsed once and looked up after: the limit is part of what is looked up.
+    text = f'{GEN}{{engine="0",model_name="{"m" * 100}"}} 1\n'
+    assert parse_samples(text, WANTED_SAMPLES)[GEN] == {
+        (("engine", "0"), ("model_name", "m" * 100)): 1.0
+    }
+    reason, message = _reason(text, Limits(max_label_value_length=99))
+    assert reason == "cardinality"
+    assert "model_name has a 100-character value (limit 99)" in message
+
+
 @pytest.mark.parametrize(
     "line",
     [
