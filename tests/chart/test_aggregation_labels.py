@@ -11,7 +11,7 @@ import yaml
 from vllm_glassbox.rules import with_aggregation_labels
 
 from tests.chart_render import HelmError, render
-from tests.test_rules import RULE_FILES
+from tests.rules.test_rules import RULE_FILES
 
 
 def _source_rules() -> list[dict[str, Any]]:

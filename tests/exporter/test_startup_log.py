@@ -20,7 +20,7 @@ from vllm_glassbox.exporter.startup_log import (
 from vllm_glassbox.exporter.weights import resolve_weights
 from vllm_glassbox.units import GIB
 
-from tests.fixtures import log
+from tests.fixtures import FIXTURES, log
 
 
 def whole_model(facts: StartupFacts) -> float | None:
@@ -478,7 +478,7 @@ def test_the_lab_gets_the_last_starts_stages_from_a_whole_log() -> None:
 
 # --- who wrote a line: process prefixes of every shape --------------------------------------
 
-CORPUS = Path(__file__).parent / "fixtures" / "corpus"
+CORPUS = FIXTURES / "corpus"
 
 
 def corpus(name: str) -> str:

@@ -27,9 +27,9 @@ from vllm_glassbox.lab.experiments.rate_sweep.views import server_view
 from vllm_glassbox.lab.measure import increase
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, _config, write_safetensors
 
+from tests.exporter.test_cuda_h200x2_captures import _moe_config
+from tests.exporter.test_exposition_golden import PageSequence
 from tests.fixtures import LOGS, log, page
-from tests.test_collector_golden import PageSequence
-from tests.test_cuda_h200x2_captures import _moe_config
 
 
 def test_the_lab_never_loads_the_exporters_service_or_page() -> None:

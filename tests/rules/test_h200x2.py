@@ -19,7 +19,7 @@ from vllm_glassbox.lab.prometheus_process import PrometheusProcess
 from tests.fixtures import page
 from tests.fleet import EXPORTER_JOB, VLLM_JOB
 from tests.realstack import prometheus_query, wait_until
-from tests.test_rules import ALERT_RULES, RULE_FILES
+from tests.rules.test_rules import ALERT_RULES, RULE_FILES
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

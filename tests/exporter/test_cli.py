@@ -494,7 +494,7 @@ def test_kv_tokens_from_the_vllm_log_are_published(target: Misbehaving, tmp_path
 
 # --- docs/exporter.md against the code --------------------------------------------------
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "exporter.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "exporter.md"
 TABLE_BEGIN = "<!-- windowed-series: begin (generated) -->\n"
 TABLE_END = "\n<!-- windowed-series: end -->"
 

@@ -3,7 +3,6 @@ each value equals the one worked out by hand from the input."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +14,9 @@ from vllm_glassbox.exporter.startup_log import read_cold_starts, read_facts
 from vllm_glassbox.exporter.weights import resolve_weights
 from vllm_glassbox.units import GIB
 
-CORPUS = Path(__file__).parent / "fixtures" / "corpus"
+from tests.fixtures import FIXTURES
+
+CORPUS = FIXTURES / "corpus"
 ENTRIES: list[dict[str, Any]] = yaml.safe_load((CORPUS / "corpus.yaml").read_text())
 LOG_KEYS = {
     "version", "layout", "dtype", "weights_gib", "kv_tokens", "kv_blocks", "max_model_len",

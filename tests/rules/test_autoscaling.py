@@ -26,7 +26,7 @@ import yaml
 
 from tests.realstack import RealStack
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "autoscaling.md"
 SCALED_OBJECT = REPO / "docs" / "autoscaling" / "keda-scaledobject.yaml"
 HPA = REPO / "docs" / "autoscaling" / "keda-hpa.yaml"
@@ -205,7 +205,7 @@ def test_the_query_is_promql_on_the_recording_rule_and_selects_one_series() -> N
 
 HPA_HEADER = """\
 # The HorizontalPodAutoscaler KEDA creates from keda-scaledobject.yaml (rendered by
-# tests/test_autoscaling.py, which checks this file and validates it against the
+# tests/rules/test_autoscaling.py, which checks this file and validates it against the
 # Kubernetes 1.30 schemas). KEDA owns it: do not apply it yourself.
 """
 

@@ -11,8 +11,8 @@ from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.own_page import ExporterPage
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 
+from tests.exporter.test_exposition_golden import PageSequence
 from tests.fixtures import page
-from tests.test_collector_golden import PageSequence
 
 
 def _page(up: float, ended: float, took: float) -> ExporterPage:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.realstack import RealStack
-from tests.test_rules import ALERTS_FILE, rule_expressions, selector_names
+from tests.rules.test_rules import ALERTS_FILE, rule_expressions, selector_names
 
 pytestmark = pytest.mark.vllm
 

@@ -11,10 +11,10 @@ import pytest
 from prometheus_client import generate_latest
 from vllm_glassbox.exporter.service import Poller, make_registry
 
-from tests.fixtures import page
-from tests.test_collector_golden import Clock, PageSequence, config
+from tests.exporter.test_exposition_golden import Clock, PageSequence, config
+from tests.fixtures import FIXTURES, page
 
-CORPUS = Path(__file__).parent / "fixtures" / "corpus"
+CORPUS = FIXTURES / "corpus"
 
 
 def exporter_page(pages: list[str], log_text: str | None, tmp_path: Path) -> str:

@@ -19,7 +19,7 @@ from vllm_glassbox.lab.prometheus_process import PrometheusProcess
 
 from tests.fleet import Fleet, plan_pods, serve
 from tests.realstack import prometheus_query, wait_until
-from tests.test_rules import RECORD_RULES, RULE_FILES
+from tests.rules.test_rules import RECORD_RULES, RULE_FILES
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

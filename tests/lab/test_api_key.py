@@ -1,6 +1,6 @@
 """The lab's way to a vLLM started with an API key: the key from a file (the chart mounts
 its Secret) or from VLLM_API_KEY, refused with a clear message when unreadable, never
-printed. The requests themselves carry it: tests/test_chart_secured.py (real vLLM)."""
+printed. The requests themselves carry it: tests/e2e/test_chart_secured.py (real vLLM)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from tests.k8s_lab import (
 
 pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _log_reads(cluster: FakeCluster) -> list[str]:

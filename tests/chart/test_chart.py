@@ -6,7 +6,7 @@ rendered objects are checked against the API's published schemas (kubernetes-val
 strict), the operator's types (cloudcoil models), promtool, the lab's own plan loader and
 Kubernetes backend (through the API double of tests/k8s_double.py), and the Pod Security
 "restricted" rules written out in tests/pod_security.py. The image test
-(tests/test_image.py) runs the rendered sidecar for real.
+(tests/e2e/test_image.py) runs the rendered sidecar for real.
 """
 
 from __future__ import annotations

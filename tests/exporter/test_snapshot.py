@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from vllm_glassbox.exporter import snapshot as s
@@ -16,7 +15,7 @@ from vllm_glassbox.exporter.snapshot import (
     read_snapshot,
 )
 
-from tests.fixtures import grow_engines, page
+from tests.fixtures import FIXTURES, grow_engines, page
 
 TINY = EngineKey("tiny", "0")
 AWQ = "Qwen/Qwen2.5-7B-Instruct-AWQ"
@@ -196,7 +195,7 @@ def test_a_malformed_page_is_refused_before_any_reading() -> None:
     assert info.value.reason == "parse"
 
 
-CORPUS = Path(__file__).parent / "fixtures" / "corpus"
+CORPUS = FIXTURES / "corpus"
 
 
 def test_a_v0_page_keeps_no_engine_step_count_and_says_why() -> None:

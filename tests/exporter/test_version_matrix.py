@@ -14,7 +14,6 @@ import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 import pytest
 from vllm_glassbox.exporter import derive
@@ -22,7 +21,9 @@ from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.exporter.startup_log import read_cold_starts, read_facts
 from vllm_glassbox.lab.server_process import exceptions_in_log
 
-MATRIX = Path(__file__).resolve().parent / "fixtures" / "matrix"
+from tests.fixtures import FIXTURES
+
+MATRIX = FIXTURES / "matrix"
 VERSIONS = sorted(p.parent.name for p in MATRIX.glob("*/startup.log"))
 DP_VERSIONS = [v for v in VERSIONS if (MATRIX / v / "dp2-after-2x64.txt").exists()]
 

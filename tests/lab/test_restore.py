@@ -27,7 +27,7 @@ from tests.k8s_lab import ORIGINAL, SMALL_POOL, backend_for, write_kubeconfig
 
 pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def record(cluster: FakeCluster) -> dict[str, Any] | None:

@@ -38,7 +38,7 @@ from tests.vllm_metric_names import IN_EVERY_SUPPORTED_VERSION, sample_names_sho
 
 pytestmark = pytest.mark.prometheus
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ALERTS_DIR = REPO / "alerts"
 RULES_FILE = ALERTS_DIR / "glassbox-rules.yaml"
 ALERTS_FILE = ALERTS_DIR / "glassbox-alerts.yaml"

@@ -37,7 +37,7 @@ from vllm_glassbox.probe import main as probe_main
 from tests.k8s_double import wait_until
 from tests.misbehaving import FakeVllm, Misbehaving
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager

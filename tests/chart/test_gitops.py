@@ -6,7 +6,7 @@ The umbrella chart is tests/fixtures/umbrella-chart/, with this chart vendored i
 charts/ as `helm dependency build` would (no helm binary here). The core objects are
 checked against Kubernetes' schemas (kubernetes-validate, strict), the operator's objects
 against its typed models. What runs for real (an exporter serving TLS, vLLM asking for
-its key, the helm test's probe) is in tests/test_chart_secured.py.
+its key, the helm test's probe) is in tests/e2e/test_chart_secured.py.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ from vllm_glassbox.prometheus import Prometheus
 from tests import vllm_metric_names as vllm
 from tests.fixtures import log as fixture_log
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BOARDS = [catalog.as_json(d) for d in catalog.dashboards()]
 # Substitution for checks: Grafana's "All" and a plausible range.
 SPAN = TimeRange(start=0.0, end=3600.0, step=15.0, scrape_interval=15.0)
@@ -396,7 +396,7 @@ def test_every_query_narrows_to_the_picked_cluster_and_namespace() -> None:
 
 
 def test_fleet_view_uses_the_bandwidth_alerts_threshold_and_counts_every_alert() -> None:
-    from tests.test_rules import ALERT_RULES
+    from tests.rules.test_rules import ALERT_RULES
 
     assert f"< {q.BANDWIDTH_LOW}" in ALERT_RULES["VLLMDecodeBandwidthLow"]["expr"]
     assert set(q.GLASSBOX_ALERTS) == set(ALERT_RULES)

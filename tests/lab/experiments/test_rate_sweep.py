@@ -1,7 +1,7 @@
 """The rate sweep without a server: its plan, the benchmark's JSON (captured from real runs
 of `vllm bench serve` against the vLLM CPU build, tests/fixtures/bench), the knee, its
 mechanism, the headroom's forecast, the report; and the API key's path through the lab.
-End to end against a real vLLM: tests/test_lab_sweep_e2e.py."""
+End to end against a real vLLM: tests/e2e/test_lab_sweep.py."""
 
 from __future__ import annotations
 
@@ -50,13 +50,15 @@ from vllm_glassbox.lab.plan import PlanError, load_plan, packaged_plan, parse_pl
 from vllm_glassbox.lab.report import write_outputs
 from vllm_glassbox.lab.results import LabResults, PhaseResult
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
+from tests.fixtures import FIXTURES
+
+BENCH = FIXTURES / "bench"
 PNG = b"\x89PNG"
 LOCAL = {"local": {"args": ["--model", "m"]}}
 
 
 def bench_json(name: str) -> dict[str, Any]:
-    return dict(json.loads((FIXTURES / name).read_text()))
+    return dict(json.loads((BENCH / name).read_text()))
 
 
 def problems_of(phase: dict[str, Any], **plan: Any) -> list[str]:

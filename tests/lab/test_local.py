@@ -5,7 +5,7 @@ writes vLLM-like startup lines, serves /health, /version, /metrics — a real pa
 captured from the vLLM CPU build (tests/fixtures/metrics/cpu-0.32), its counters moved
 by the requests it answers — and /v1/completions. It spawns a worker process, like
 vLLM's engine core, so "no process left" means the whole group. The real vLLM runs in
-tests/test_lab_report.py's end-to-end test.
+tests/lab/test_report.py's end-to-end test.
 
 With FAKE_GPU=1 it stands in for vLLM's CUDA build instead (no GPU can run here: the
 narrowest honest double): the startup lines of vLLM 0.24 on an H200 (the engine-config
@@ -37,7 +37,8 @@ import yaml
 
 pytestmark = pytest.mark.slow  # starts servers or processes and waits for them
 
-FIXTURE_PAGES = Path(__file__).resolve().parent / "fixtures" / "metrics" / "cpu-0.32"
+# The path by hand: the stand-in runs as a script, without the tests package.
+FIXTURE_PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics" / "cpu-0.32"
 SERVER_COMMAND = f"{sys.executable} {Path(__file__).resolve()}"
 
 
@@ -683,7 +684,7 @@ def test_the_gpu_plan_runs_unchanged_against_a_stand_in_of_the_cuda_build(
     data = yaml.safe_load(packaged_plan("gpu-7b").read_text())  # type: ignore[union-attr]
     data["target"]["local"]["model_cache"] = str(tmp_path / "models")
     # The rate sweep streams vLLM's benchmark at the server: it runs against the real CPU
-    # build (tests/test_lab_sweep_e2e.py), not this stand-in.
+    # build (tests/e2e/test_lab_sweep.py), not this stand-in.
     assert data["phases"][-1]["kind"] == "rate-sweep"
     data["phases"] = data["phases"][:-1]
     monkeypatch.setenv("FAKE_GPU", "1")

@@ -31,8 +31,8 @@ from vllm_glassbox.lab.server_process import ChildProcess, ServerProcess, free_p
 from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
 
 from tests.chart_render import CI_DIR, Rendered, container_named, render
+from tests.exporter.test_security import _scraped_targets
 from tests.realstack import GLASSBOX, wait_until
-from tests.test_exporter_security import _scraped_targets
 from tests.tlsfiles import Pki, make_pki
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus, pytest.mark.slow]
