@@ -5,7 +5,7 @@ writes vLLM-like startup lines, serves /health, /version, /metrics — a real pa
 captured from the vLLM CPU build (tests/fixtures/metrics/cpu-0.32), its counters moved
 by the requests it answers — and /v1/completions. It spawns a worker process, like
 vLLM's engine core, so "no process left" means the whole group. The real vLLM runs in
-tests/lab/test_report.py's end-to-end test.
+tests/e2e/test_lab_run.py.
 
 With FAKE_GPU=1 it stands in for vLLM's CUDA build instead (no GPU can run here: the
 narrowest honest double): the startup lines of vLLM 0.24 on an H200 (the engine-config
