@@ -18,7 +18,7 @@ help:
 generate:
 	.venv/bin/glassbox dashboards generate
 	$(PY) scripts/sync-chart-files.py
-	$(PYTEST) -q tests/test_exporter_cli.py -k docs_table --update-golden
+	$(PYTEST) -q tests/exporter/test_cli.py -k docs_table --update-golden
 
 lint:
 	.venv/bin/ruff check .

@@ -3,7 +3,7 @@
 Like node_exporter's descriptors, these say what a family is; `exposition.py` fills them
 with values from one poll. The dashboards quote their HELP (`dashboards/exporter_help.py`)
 and docs/exporter.md's table of windowed series is generated from them
-(`tests/test_exporter_cli.py` checks it), so a formula is written in one place.
+(`tests/exporter/test_cli.py` checks it), so a formula is written in one place.
 
 A windowed family's HELP ends with the window's length (" Window: 60s."), which the
 `--window` flag sets; `Family.help` is the text without it. The windowed ratios also carry

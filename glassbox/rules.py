@@ -11,7 +11,7 @@ kube-prometheus-stack's `additionalAggregationLabels` does:
 Each `by (` and `on (` of every expression gets the labels first: `sum by (namespace,
 job, model_name)` becomes `sum by (cluster, namespace, job, model_name)`. The chart's
 `prometheusRule.additionalAggregationLabels` does the same in its template (the same
-pattern, in Go's regexp syntax); tests/test_rules.py checks that the two agree.
+pattern, in Go's regexp syntax); tests/rules/test_rules.py checks that the two agree.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything glassbox needs on a fresh Debian machine, idempotently:
 # Debian's prometheus (promtool and the server, for the rules and real-data tests),
-# docker.io and debootstrap (the image is built and run for real by tests/test_image.py),
+# docker.io and debootstrap (the image is built and run for real by tests/e2e/test_image.py),
 # make (the Makefile's development loop, docs/code-map.md),
 # a virtualenv in .venv with glassbox, its lab and test tools and the vLLM CPU build, and
 # checkov in a virtualenv of its own (.tools/checkov: its pins clash with vLLM's).

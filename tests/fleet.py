@@ -39,7 +39,7 @@ from prometheus_client import generate_latest
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 
 from tests.fixtures import LOGS, grow_engines, page
-from tests.test_rules import serve_pages
+from tests.rules.test_rules import serve_pages
 
 IDLE_PAGE = "cpu-0.32/spec-idle.txt"
 BUSY_PAGE = "cpu-0.32/flood-after.txt"  # speculation, then a flood that preempted

@@ -23,7 +23,7 @@ alerts/ every second. The exporter runs as its own process (the `glassbox export
 command, as the sidecar does): in the test process it shared the interpreter with the
 flood's client threads, and on a loaded machine Prometheus' scrapes of it timed out.
 `vllm_server`, `start_exporter` and `start_prometheus` are also what the chaos tests
-kill and restart (tests/test_chaos_realdata.py).
+kill and restart (tests/e2e/test_chaos.py).
 """
 
 from __future__ import annotations

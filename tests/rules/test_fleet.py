@@ -1,0 +1,134 @@
+"""The rules in a real Prometheus scraping two teams that serve the same model under the
+same jobs: vLLM's pages and the exporter's (tests/fleet.py, built from the real captures),
+in namespaces team-0 and team-1, both pods under pressure (a full pool, requests waiting,
+preemptions, decoding far below the peak bandwidth). Each record keeps the teams apart;
+each alert names its namespace, in its labels and its description.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from vllm_glassbox.dashboards import queries as q
+from vllm_glassbox.dashboards.grafana import TimeRange, substitute
+from vllm_glassbox.lab.prometheus_process import PrometheusProcess
+
+from tests.fleet import Fleet, plan_pods, serve
+from tests.realstack import prometheus_query, wait_until
+from tests.rules.test_rules import RECORD_RULES, RULE_FILES
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+
+TEAMS = {"team-0", "team-1"}
+# No start of the model happened before the exporters' current one: no baseline yet.
+NO_DATA_YET = {"namespace_model_name:glassbox_startup_seconds_previous:max7d"}
+# The conditions hold from the first scrapes; `for:` keeps them pending meanwhile.
+PENDING = {"VLLMPreemptionStorm", "VLLMKVCacheSaturated", "VLLMDecodeBandwidthLow"}
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    pods = plan_pods(2, namespaces=2, models=1, pressure_every=1)
+    assert {p.namespace for p in pods} == TEAMS and len({p.model for p in pods}) == 1
+    with serve(Fleet(pods)) as serving:
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(p) for p in RULE_FILES],
+            "scrape_configs": serving.scrape_configs("1s", "900ms"),
+        }
+        work = tmp_path_factory.mktemp("prometheus")
+        with PrometheusProcess(work, config) as process:
+            yield process.url
+
+
+def _series(url: str, expr: str) -> list[dict[str, str]]:
+    return [r["metric"] for r in prometheus_query(url, expr)]
+
+
+def _active_alerts(url: str) -> list[dict[str, Any]]:
+    r = httpx.get(url + "/api/v1/alerts", timeout=10)
+    r.raise_for_status()
+    alerts: list[dict[str, Any]] = r.json()["data"]["alerts"]
+    return alerts
+
+
+@pytest.mark.parametrize("record", sorted(set(RECORD_RULES) - NO_DATA_YET))
+def test_each_record_has_one_series_per_namespace(prometheus: str, record: str) -> None:
+    wait_until(
+        lambda: {s.get("namespace") for s in _series(prometheus, record)} == TEAMS,
+        f"{record} shown for both namespaces",
+    )
+    series = _series(prometheus, record)
+    # One per namespace (and per position for the positional record), never merged.
+    keys = [tuple(sorted((k, v) for k, v in s.items() if k != "__name__")) for s in series]
+    assert len(keys) == len(set(keys))
+    per_team = {
+        team: sorted(str(s.get("position", "")) for s in series if s["namespace"] == team)
+        for team in TEAMS
+    }
+    assert per_team["team-0"] == per_team["team-1"], series
+
+
+def test_records_without_data_are_only_those_with_no_history(prometheus: str) -> None:
+    wait_until(
+        lambda: bool(_series(prometheus, "namespace_job_model_name:vllm_engine_steps:rate5m")),
+        "rules evaluated",
+    )
+    for record in NO_DATA_YET:
+        assert _series(prometheus, record) == []
+
+
+def test_sums_per_namespace_are_each_teams_own(prometheus: str) -> None:
+    """Each team's record equals the sum over its own pod only: nothing of the other."""
+    record = "namespace_job_model_name:vllm_num_requests_running:sum"
+    raw = "sum by (namespace) (vllm:num_requests_running)"
+    wait_until(lambda: len(_series(prometheus, record)) == 2, "running requests recorded")
+    rules = {
+        r["metric"]["namespace"]: float(r["value"][1]) for r in prometheus_query(prometheus, record)
+    }
+    direct = {
+        r["metric"]["namespace"]: float(r["value"][1]) for r in prometheus_query(prometheus, raw)
+    }
+    assert rules == direct
+    assert rules["team-0"] != rules["team-1"]  # two loads: a merge would show
+
+
+@pytest.mark.parametrize("alert", sorted(PENDING))
+def test_each_alert_names_its_namespace_in_labels_and_description(
+    prometheus: str, alert: str
+) -> None:
+    def mine() -> list[dict[str, Any]]:
+        return [a for a in _active_alerts(prometheus) if a["labels"]["alertname"] == alert]
+
+    wait_until(
+        lambda: {a["labels"].get("namespace") for a in mine()} == TEAMS,
+        f"{alert} in both namespaces",
+    )
+    for active in mine():
+        team = active["labels"]["namespace"]
+        assert f"namespace {team})" in active["annotations"]["description"], active
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [q.SERVERS, q.OFF_BANDWIDTH_COUNT, q.PREEMPTING_COUNT, q.OUT_OF_HEADROOM_COUNT],
+    ids=["servers", "off bandwidth", "preempting", "out of headroom"],
+)
+def test_fleet_dashboard_counts_one_server_under_pressure_in_each_namespace(
+    prometheus: str, expr: str
+) -> None:
+    now = time.time()
+    names = ["cluster", "namespace", "job", "pod", "model_name", "engine"]
+    sent = substitute(expr, names, TimeRange(now - 300, now, 15.0, 1.0))
+
+    def counted() -> dict[str, float]:
+        return {
+            r["metric"]["namespace"]: float(r["value"][1])
+            for r in prometheus_query(prometheus, sent)
+        }
+
+    wait_until(lambda: counted() == {"team-0": 1.0, "team-1": 1.0}, f"{sent} per namespace")
