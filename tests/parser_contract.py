@@ -1,7 +1,7 @@
 """What the page parser and the log parser promise for ANY input: the fuzzers' oracle.
 
 `scripts/fuzz_parsers.py` feeds these two functions with inputs atheris mutates from the
-captured pages and logs; `tests/test_parser_contract.py` replays the inputs it kept. A
+captured pages and logs; `tests/exporter/test_parser_contract.py` replays the inputs it kept. A
 violation is an `AssertionError` (or any exception other than the ones allowed here).
 
 - The page parser (`read_snapshot`, the path a poll takes after the fetch) either returns

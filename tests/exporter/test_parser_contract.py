@@ -16,9 +16,10 @@ from vllm_glassbox.exporter.derive import kv_cache_blocks, kv_cache_capacity_tok
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot
 
+from tests.fixtures import FIXTURES
 from tests.parser_contract import MAX_MESSAGE, check_log, check_page
 
-KEPT = Path(__file__).parent / "fixtures" / "fuzz"
+KEPT = FIXTURES / "fuzz"
 PAGES = sorted((KEPT / "page").iterdir())
 LOGS = sorted((KEPT / "log").iterdir())
 
