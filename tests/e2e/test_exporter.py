@@ -316,7 +316,8 @@ def test_kv_used_tokens_equal_usage_times_capacity_while_requests_hold_blocks(
                 time.sleep(0.2)
                 if not poller.poll_once():
                     continue
-                page = Page(_parse(fetcher.last_page), time.time())
+                text = fetcher.last_page
+                page = Page(_parse(text), time.time(), text)
                 usage = page.vllm("vllm:kv_cache_usage_perc")
                 if usage > 0:
                     published = {s.name: s.value for f in poller.published for s in f.samples}
