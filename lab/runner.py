@@ -41,6 +41,10 @@ from vllm_glassbox.lab.results import LabResults, Peak, PhaseResult, SegmentNumb
 from vllm_glassbox.lab.telemetry import Observer, Segment
 
 PROGRESS_POLL_SECONDS = 2.0
+# A warm-up request pays the first request's one-time costs (in vLLM's API server and
+# its kernels: the prefill, the first decode steps); the rest of its tokens would only
+# make the run longer (on the demo's large model, 12 s a start).
+WARM_UP_TOKENS = 16
 
 
 @dataclass
@@ -187,8 +191,13 @@ class Lab:
     def warm_up(self, served: Served, body: dict[str, object], count: int) -> None:
         if count:
             self.progress.status(f"{count} warm-up request(s)")
+            short = {**body, "max_tokens": min(WARM_UP_TOKENS, _int(body.get("max_tokens")))}
             for _ in range(count):
-                served.client.complete(body)
+                served.client.complete(short)
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) else WARM_UP_TOKENS
 
 
 def _startup_line(st: Startup) -> str:

@@ -103,7 +103,7 @@ class Services(Protocol):
         ...
 
     def warm_up(self, served: Served, body: dict[str, object], count: int) -> None:
-        """`count` unmeasured requests."""
+        """`count` unmeasured requests: `body` with at most a few tokens to generate."""
         ...
 
 

@@ -271,7 +271,7 @@ def plan_data(**phases: Any) -> dict[str, Any]:
             {
                 "kind": "quantization",
                 "name": "quant",
-                "max_tokens": 16,
+                "max_tokens": 24,
                 "flags": {"--kv-cache-memory-bytes": 8388608},
                 "variants": [
                     {"name": "big", "model": "model-big"},
@@ -296,6 +296,14 @@ def write_plan(tmp_path: Path, data: dict[str, Any]) -> Path:
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def asked_max_tokens(log: str) -> list[int]:
+    """`max_tokens` of every completion the stand-in server began, in order (the flood's
+    threads may print on one line: each body is read from where its marker ends)."""
+    decoder = json.JSONDecoder()
+    marker = "completion started: "
+    return [decoder.raw_decode(log, m.end())[0]["max_tokens"] for m in re.finditer(marker, log)]
 
 
 def pids_in(log: str) -> list[int]:
@@ -424,7 +432,11 @@ def test_each_phase_gets_its_own_server_with_its_flags_and_log(
     assert results["status"] == "ok"
     quant, flood, spec = results["phases"]
     # One warm-up, then three requests measured apart: TPOT is their median.
-    assert [v["generated_tokens"] for v in quant["variants"]] == [48, 48]
+    assert [v["generated_tokens"] for v in quant["variants"]] == [72, 72]
+    # A warm-up asks for 16 tokens at most; the measured requests for the phase's.
+    asked = [asked_max_tokens(t) for t in texts]
+    assert asked[0] == [16, 24, 24, 24]
+    assert asked[2] == [16, 64, 64, 64, 64]
     assert [len(v["samples"]) for v in quant["variants"]] == [3, 3]
     assert quant["variants"][0]["tpot_seconds"] == pytest.approx(0.002)
     assert quant["variants"][0]["tpot_seconds_min"] <= quant["variants"][0]["tpot_seconds_max"]

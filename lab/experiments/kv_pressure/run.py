@@ -31,8 +31,7 @@ def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
         bodies = [phase.request.body(model, i=i) for i in range(phase.concurrency)]
         # A short request first: one-time costs of the first request (in vLLM's API
         # server and its kernels) must not hold back the flood's admission.
-        warm = {**bodies[0], "max_tokens": min(16, phase.request.max_tokens)}
-        lab.warm_up(served, warm, phase.warmup)
+        lab.warm_up(served, bodies[0], phase.warmup)
         total = float(phase.request.max_tokens * phase.concurrency)
         baseline = client.snapshot()
         timeline: list[TimelinePoint] = []
