@@ -43,9 +43,10 @@ E2E_PLAN: dict[str, Any] = {
             "kind": "quantization",
             "max_tokens": 64,
             "extra": {"ignore_eos": True},
+            # The small model last: its server has the flood's args, so it is kept.
             "variants": [
-                {"name": "small", "model": "tiny:small"},
                 {"name": "wide", "model": "tiny:wide"},
+                {"name": "small", "model": "tiny:small"},
             ],
         },
         {
@@ -75,7 +76,7 @@ def test_local_backend_runs_all_three_phases_on_the_real_vllm(tmp_path: Path) ->
     quant, kv, spec = data["phases"]
     assert [p["status"] for p in data["phases"]] == ["ok", "ok", "ok"]
 
-    small, wide = quant["variants"]
+    wide, small = quant["variants"]
     assert small["weights_bytes"] == 6955520 and small["weights_source"] == "safetensors"
     assert wide["weights_bytes"] > 3 * small["weights_bytes"]
     for v in (small, wide):
@@ -86,7 +87,7 @@ def test_local_backend_runs_all_three_phases_on_the_real_vllm(tmp_path: Path) ->
         assert 0 < v["tpot_seconds"] < 1 and 0 < v["ttft_seconds"] < 60
         assert v["vllm_version"] == "0.32.0"
     assert quant["fit"]["r_squared"] is None  # two points: no R²
-    assert [p["name"] for p in quant["fit"]["predictions"]] == ["small", "wide"]
+    assert [p["name"] for p in quant["fit"]["predictions"]] == ["wide", "small"]
     for v in (small, wide):  # a warm-up, then three requests measured apart
         assert len(v["samples"]) == 3
         assert v["tpot_seconds_min"] <= v["tpot_seconds"] <= v["tpot_seconds_max"]
@@ -119,4 +120,10 @@ def test_local_backend_runs_all_three_phases_on_the_real_vllm(tmp_path: Path) ->
     assert "| small (fit) | `tiny:small` | 0.00648 (safetensors) |" in report
     for name in ("quantization-tpot", "kv-pressure-timeline", "spec-decode-spec"):
         assert (out / "plots" / f"{name}.png").read_bytes().startswith(PNG)
-    assert len(list((out / "logs").glob("*.log"))) == 5  # spec on and off: two servers
+    # wide, small (kept for the flood), then spec on and off: two servers.
+    assert sorted(p.name for p in (out / "logs").glob("*.log")) == [
+        "01-wide.log",
+        "02-small.log",
+        "03-small.log",
+        "04-small.log",
+    ]
