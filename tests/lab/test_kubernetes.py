@@ -393,6 +393,9 @@ SCENARIO = textwrap.dedent("""
 """)
 
 
+SCENARIO_EXIT_SECONDS = 120
+
+
 def _start_scenario(cluster: FakeCluster) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
@@ -418,7 +421,9 @@ def test_a_signal_during_a_phase_restores_the_original_args_and_exits_non_zero(
         else:
             assert process.stdout.readline() == "workload\n"
         process.send_signal(sig)
-        _, stderr = process.communicate(timeout=30)
+        # Longer than the scenario's own 60 s rollout limit: a signal that went unheard
+        # ends as a failure that shows what the process said, not as a hung test.
+        _, stderr = process.communicate(timeout=SCENARIO_EXIT_SECONDS)
     finally:
         process.kill()
 
@@ -440,7 +445,7 @@ def test_a_second_signal_does_not_interrupt_the_restore(cluster: FakeCluster) ->
         process.send_signal(signal.SIGTERM)
         wait_until(lambda: len(cluster.patches) == 2)
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
+        _, stderr = process.communicate(timeout=SCENARIO_EXIT_SECONDS)
     finally:
         process.kill()
 
