@@ -191,12 +191,14 @@ class Lab:
     def warm_up(self, served: Served, body: dict[str, object], count: int) -> None:
         if count:
             self.progress.status(f"{count} warm-up request(s)")
-            short = {**body, "max_tokens": min(WARM_UP_TOKENS, _int(body.get("max_tokens")))}
+            short = {**body, "max_tokens": min(WARM_UP_TOKENS, _max_tokens(body))}
             for _ in range(count):
                 served.client.complete(short)
 
 
-def _int(value: object) -> int:
+def _max_tokens(body: dict[str, object]) -> int:
+    """The body's `max_tokens`; a body without one gets the warm-up's."""
+    value = body.get("max_tokens")
     return value if isinstance(value, int) else WARM_UP_TOKENS
 
 
