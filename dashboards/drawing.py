@@ -62,7 +62,13 @@ class Box:
     h: float
 
 
+class PanelTooSmall(ValueError):
+    """A panel's box leaves no room for what it must draw."""
+
+
 def _axes(fig: Any, box: Box, fig_w: float, fig_h: float) -> Any:
+    if box.w <= 0 or box.h <= 0:  # matplotlib refuses such a rectangle
+        raise PanelTooSmall(f"no room to draw it in {max(box.w, 0):.2f} × {max(box.h, 0):.2f} in")
     rect = (box.x / fig_w, 1 - (box.y + box.h) / fig_h, box.w / fig_w, box.h / fig_h)
     return fig.add_axes(rect)
 
@@ -76,11 +82,16 @@ def draw_panel(
     fig_h: float,
     font: float = 8.0,
     marks: Sequence[Region] = (),
-) -> None:
+) -> str | None:
     """Draw one panel into `box` of `fig`: title, then its visualization; time series
-    get the annotation regions `marks` behind their lines."""
+    get the annotation regions `marks` behind their lines. A panel that cannot be drawn
+    says so in its box, and the reason is returned (None when it was drawn): one panel
+    never takes the rest of the picture with it."""
     title_h = font * 2.4 / 72
-    frame = _axes(fig, box, fig_w, fig_h)
+    try:
+        frame = _axes(fig, box, fig_w, fig_h)
+    except PanelTooSmall as e:
+        return str(e)
     frame.set_xticks([])
     frame.set_yticks([])
     for spine in frame.spines.values():
@@ -98,16 +109,27 @@ def draw_panel(
     inner = Box(box.x, box.y + title_h, box.w, box.h - title_h)
     if data.errors:
         _message(frame, "query failed:\n" + "\n".join(data.errors)[:300], font, "#E02F44")
-    elif not data.has_data:
+        return None
+    if not data.has_data:
         _message(frame, "No data", font + 2, "#888888")
-    elif data.kind == "stat":
-        _draw_stat(fig, inner, data, fig_w, fig_h, font)
-    elif data.kind == "table":
-        _draw_table(fig, inner, data, fig_w, fig_h, font)
-    elif data.kind == "barchart":
-        _draw_stacked_bars(fig, inner, data, fig_w, fig_h, font)
-    else:
-        _draw_timeseries(fig, inner, data, span, fig_w, fig_h, font, marks)
+        return None
+    drawn_before = len(fig.axes)
+    try:
+        if data.kind == "stat":
+            _draw_stat(fig, inner, data, fig_w, fig_h, font)
+        elif data.kind == "table":
+            _draw_table(fig, inner, data, fig_w, fig_h, font)
+        elif data.kind == "barchart":
+            _draw_stacked_bars(fig, inner, data, fig_w, fig_h, font)
+        else:
+            _draw_timeseries(fig, inner, data, span, fig_w, fig_h, font, marks)
+    except Exception as e:  # whatever broke, the panel says so and the sheet goes on
+        for ax in fig.axes[drawn_before:]:
+            ax.remove()
+        reason = str(e) if isinstance(e, PanelTooSmall) else f"{type(e).__name__}: {e}"
+        _message(frame, "not drawn: " + reason, font, "#E02F44")
+        return reason
+    return None
 
 
 def _message(ax: Any, text: str, font: float, colour: str) -> None:
@@ -147,11 +169,16 @@ def _draw_timeseries(
     styled = [(s, "--" if t.ref_id in dashed else "-") for t in data.targets for s in t.series]
     series = [s for s, _ in styled if s.has_data]
     styles = [style for s, style in styled if s.has_data]
-    shown = series[:_MAX_LEGEND]
     cols = 2 if box.w > 5.5 else 1
-    rows = math.ceil((len(shown) + (len(series) > len(shown))) / cols)
-    legend_h = rows * font * 1.45 / 72 + 0.08
     left, bottom_axis = 0.75 if not mappings else 0.85, font * 2.6 / 72
+    row_h = font * 1.45 / 72
+    # The legend takes at most half the panel and leaves the plot room for a few ticks;
+    # what does not fit is folded into "… and N more" (Grafana scrolls instead).
+    room = min(box.h / 2, box.h - bottom_axis - 0.16 - font * 4 / 72) - 0.08
+    entries = legend_entries(len(series), max(0, math.floor(room / row_h)) * cols)
+    shown = series[: entries[0]]
+    rows = math.ceil((len(shown) + entries[1]) / cols)
+    legend_h = rows * row_h + 0.08 if rows else 0.0
     plot = Box(
         box.x + left, box.y + 0.08, box.w - left - 0.15, box.h - legend_h - bottom_axis - 0.08
     )
@@ -188,6 +215,7 @@ def _draw_timeseries(
         shown_last = mapped(last, mappings) or format_value(last, unit) if last is not None else ""
         line = Line2D([], [], color=colour, lw=2, ls=style)
         handles.append((line, f"{s.legend}  (last {shown_last})"))
+    label_chars = max(8, int((box.w - 0.2) / cols / (font * 0.55 / 72)) - 4)
     for step in defaults.get("thresholds", {}).get("steps", []):
         if step.get("value") is not None and custom.get("thresholdsStyle", {}).get("mode") != "off":
             ax.axhline(float(step["value"]), color=_colour(step.get("color")), lw=1, ls="--")
@@ -210,11 +238,13 @@ def _draw_timeseries(
     ax.grid(True, color="#E5E5E5", lw=0.6)
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
-    labels = [label for _, label in handles[: len(shown)]]
+    labels = [shorten(label, label_chars) for _, label in handles[: len(shown)]]
     lines = [line for line, _ in handles[: len(shown)]]
-    if len(series) > len(shown):
+    if entries[1]:
         lines.append(Line2D([], [], color="none"))
         labels.append(f"… and {len(series) - len(shown)} more series")
+    if not rows:
+        return
     legend_box = Box(box.x + 0.1, box.y + box.h - legend_h, box.w - 0.2, legend_h)
     legend_ax = _axes(fig, legend_box, fig_w, fig_h)
     legend_ax.axis("off")
@@ -239,7 +269,7 @@ def _draw_stacked_bars(
     unit = _unit(data.panel)
     bars, stacks, cells = stacked_bar_cells(data)
     legend_w = min(2.2, box.w * 0.3)
-    bottom_axis = font * 7.0 / 72  # room for the slanted bar labels
+    bottom_axis = min(font * 7.0 / 72, box.h * 0.4)  # the slanted bar labels, in a squeeze
     plot = Box(box.x + 0.75, box.y + 0.08, box.w - 0.9 - legend_w, box.h - bottom_axis - 0.1)
     ax = _axes(fig, plot, fig_w, fig_h)
     base = [0.0] * len(bars)
@@ -261,6 +291,26 @@ def _draw_stacked_bars(
         fontsize=font - 1,
         reverse=True,  # top of the stack first, as Grafana lists it
     )
+
+
+def legend_entries(series: int, room: int) -> tuple[int, bool]:
+    """How many series a legend with `room` entries names, and whether one entry says
+    "… and N more" for the rest (never more than _MAX_LEGEND named)."""
+    fits = min(room, _MAX_LEGEND + 1)
+    if series <= min(fits, _MAX_LEGEND):
+        return series, False
+    if fits == 0:
+        return 0, False
+    return fits - 1, True
+
+
+def shorten(text: str, chars: int) -> str:
+    """`text` cut to `chars` characters, its middle replaced by an ellipsis: a legend's
+    end (the last value) and its start (the model) are what tell series apart."""
+    if len(text) <= chars:
+        return text
+    head = (chars - 1) // 2
+    return text[:head] + "…" + text[len(text) - (chars - 1 - head) :]
 
 
 def with_gaps(series: Series, step: float) -> tuple[list[float], list[float]]:
@@ -350,6 +400,11 @@ def _draw_table(
         ]
         for s in rows
     ]
+    # The rows that fit under the header; the rest counted in a last row (Grafana scrolls).
+    fits = max(1, math.floor((box.h - 0.1) / (font * 2.1 / 72)) - 1)
+    if len(cells) > fits:
+        more = len(cells) - fits + 1
+        cells = [*cells[: fits - 1], [f"… and {more} more rows", *[""] * (len(columns) - 1)]]
     ax = _axes(fig, Box(box.x + 0.1, box.y + 0.05, box.w - 0.2, box.h - 0.1), fig_w, fig_h)
     ax.axis("off")
     # Columns as wide as their longest text (the header is bold: count it a little wider).
@@ -387,18 +442,26 @@ def _figure(w: float, h: float) -> Any:
     return Figure(figsize=(w, h), dpi=_DPI, facecolor="white")
 
 
+@dataclass(frozen=True)
+class Drawing:
+    """A PNG written, and the panels it could not draw: (panel title, why)."""
+
+    path: Path
+    not_drawn: tuple[tuple[str, str], ...] = ()
+
+
 def render_panel(
     data: PanelData, span: TimeRange, path: Path, marks: Sequence[Region] = ()
-) -> Path:
+) -> Drawing:
     if data.kind == "table":
         rows = sum(len(t.series) for t in data.targets)
         w, h = 12.0, 1.2 + 0.3 * max(rows, 1)
     else:
         w, h = _SINGLE_SIZE.get(data.kind, _SINGLE_SIZE["timeseries"])
     fig = _figure(w, h)
-    draw_panel(fig, Box(0.05, 0.05, w - 0.1, h - 0.1), data, span, w, h, 9.0, marks)
+    why = draw_panel(fig, Box(0.05, 0.05, w - 0.1, h - 0.1), data, span, w, h, 9.0, marks)
     fig.savefig(path)
-    return path
+    return Drawing(path, ((data.title, why),) if why else ())
 
 
 def render_sheet(
@@ -407,7 +470,7 @@ def render_sheet(
     span: TimeRange,
     path: Path,
     marks: Sequence[Region] = (),
-) -> Path:
+) -> Drawing:
     """The whole dashboard on one image, each panel where Grafana's grid puts it."""
     header = 0.7
     bottom = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in dashboard["panels"])
@@ -435,6 +498,7 @@ def render_sheet(
             color="#444444",
             va="center",
         )
+    not_drawn = []
     for data in panels:
         g = data.panel["gridPos"]
         box = Box(
@@ -443,6 +507,8 @@ def render_sheet(
             g["w"] * col - 0.08,
             g["h"] * _ROW_UNIT - 0.08,
         )
-        draw_panel(fig, box, data, span, w, h, 7.5, marks)
+        why = draw_panel(fig, box, data, span, w, h, 7.5, marks)
+        if why:
+            not_drawn.append((data.title, why))
     fig.savefig(path)
-    return path
+    return Drawing(path, tuple(not_drawn))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,9 @@ class Pictures:
 
     files: list[Path]
     panels: list[PanelData]
+    #: Panels that could not be drawn: "dashboard uid / title" -> why, on the sheet or
+    #: in the panel's own picture.
+    not_drawn: dict[str, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> list[PanelData]:
@@ -67,21 +70,31 @@ def draw_pictures(
     out_dir.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
     everything: list[PanelData] = []
+    not_drawn: dict[str, str] = {}
     for board in boards:
         panels = query_dashboard(board, prometheus, span)
         marks = query_annotations(board, prometheus, span)
         folder = out_dir / str(board["uid"])
         folder.mkdir(exist_ok=True)
-        files.append(render_sheet(board, panels, span, out_dir / f"{board['uid']}.png", marks))
+        drawings = [render_sheet(board, panels, span, out_dir / f"{board['uid']}.png", marks)]
         for i, data in enumerate(panels, 1):
             path = folder / f"{i:02d}-{_slug(data.title)}.png"
-            files.append(render_panel(data, span, path, marks))
+            drawings.append(render_panel(data, span, path, marks))
+        for drawing in drawings:
+            files.append(drawing.path)
+            for title, why in drawing.not_drawn:
+                not_drawn.setdefault(f"{board['uid']} / {title}", why)
         everything.extend(panels)
-    (out_dir / "index.md").write_text(_index(boards, everything, span))
-    return Pictures(files, everything)
+    (out_dir / "index.md").write_text(_index(boards, everything, span, not_drawn))
+    return Pictures(files, everything, not_drawn)
 
 
-def _index(boards: Sequence[dict[str, Any]], panels: Sequence[PanelData], span: TimeRange) -> str:
+def _index(
+    boards: Sequence[dict[str, Any]],
+    panels: Sequence[PanelData],
+    span: TimeRange,
+    not_drawn: dict[str, str],
+) -> str:
     start = datetime.fromtimestamp(span.start, UTC).isoformat()
     end = datetime.fromtimestamp(span.end, UTC).isoformat()
     lines = [
@@ -94,6 +107,8 @@ def _index(boards: Sequence[dict[str, Any]], panels: Sequence[PanelData], span: 
         lines += [f"## {board['title']}", "", f"![{board['uid']}]({board['uid']}.png)", ""]
         for i, data in enumerate((p for p in panels if p.dashboard_uid == board["uid"]), 1):
             state = "query failed" if data.errors else "data" if data.has_data else "**no data**"
+            why = not_drawn.get(f"{board['uid']} / {data.title}")
+            state += f", **not drawn**: {why}" if why else ""
             lines.append(
                 f"- [{data.title}]({board['uid']}/{i:02d}-{_slug(data.title)}.png): {state}"
             )

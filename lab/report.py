@@ -90,7 +90,8 @@ def dashboard_images(
         for data in drawn.panels
         if not data.has_data
     }
-    return images, empty, None
+    not_drawn = "; ".join(f"{panel} ({why})" for panel, why in drawn.not_drawn.items())
+    return images, empty, f"dashboard panels not drawn: {not_drawn}" if not_drawn else None
 
 
 def write_outputs(results: LabResults, out_dir: Path) -> None:

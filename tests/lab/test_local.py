@@ -672,9 +672,15 @@ def test_the_demo_runs_the_exporter_beside_each_server_and_draws_the_dashboards(
     report = (out / "report.md").read_text()
     assert "## The exporter's live series" in report
     assert "The exporter and the lab agree on every series both have." in report
-    for board in ("glassbox-overview", "glassbox-decode", "glassbox-kv-cache"):
+    from vllm_glassbox.dashboards import catalog
+
+    boards = [catalog.as_json(d)["uid"] for d in catalog.dashboards()]
+    assert len(boards) == 5
+    for board in boards:  # every dashboard's picture, embedded, with every panel drawn
         assert f"(dashboards/{board}.png)" in report
         assert (out / "dashboards" / f"{board}.png").read_bytes().startswith(b"\x89PNG")
+    assert not any("dashboard" in note for note in results["notes"]), results["notes"]
+    assert "not drawn" not in (out / "dashboards" / "index.md").read_text()
     # The recording rules are loaded: the fleet panels have data too.
     empty = results["empty_panels"]
     assert "glassbox-decode / Generated tokens per second" not in empty

@@ -140,6 +140,15 @@ def missing_acts(acts: Sequence[Act]) -> list[str]:
     return missing
 
 
+#: An act seen in fewer polls than this is a moment, not a stretch of the timeline.
+MIN_ACT_POLLS = 3
+
+
+def thin_acts(acts: Sequence[Act]) -> list[Act]:
+    """The article's acts that the polls saw only briefly (fewer than MIN_ACT_POLLS)."""
+    return [a for a in acts if a.name in THREE_ACTS and a.polls < MIN_ACT_POLLS]
+
+
 def largest_gap(timeline: Sequence[TimelinePoint]) -> tuple[float | None, float | None]:
     """The longest time between two consecutive polls' pages, and when the page that
     ended it came."""

@@ -37,14 +37,14 @@ def plot_kv_timeline(k: KvPressureResult, title: str) -> bytes:
     # Each act shaded from its first poll to the next act's first poll.
     acts = k.pressure.acts
     ends = [a.start_t for a in acts[1:]] + [acts[-1].end_t if acts else 0.0]
-    for act, end in zip(acts, ends, strict=True):
+    for i, (act, end) in enumerate(zip(acts, ends, strict=True)):
         for ax in (top, bottom):
             ax.axvspan(act.start_t, end, color=_ACT_SHADES.get(act.name, "#f0f0f0"), lw=0)
         top.annotate(
             act.name,
             (act.start_t, 1.0),
             xycoords=("data", "axes fraction"),
-            xytext=(2, -10),
+            xytext=(2, -10 - 9 * (i % 2)),  # a short act's name clears its neighbours
             textcoords="offset points",
             fontsize=7,
             color="#555555",

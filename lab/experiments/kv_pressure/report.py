@@ -7,8 +7,10 @@ from collections.abc import Sequence
 
 from vllm_glassbox.lab.experiments.kv_pressure.judge import (
     ACT_CONDITIONS,
+    MIN_ACT_POLLS,
     THREE_ACTS,
     preemption_jumps,
+    thin_acts,
 )
 from vllm_glassbox.lab.experiments.kv_pressure.result import KvPressureResult, TimelinePoint
 from vllm_glassbox.lab.report_format import integer, num, percent, plot_name, server_facts, table
@@ -94,6 +96,13 @@ def section(phase: PhaseResult, k: KvPressureResult) -> list[str]:
         ]
     else:
         out += ["All three of the article's acts happened, in order.", ""]
+    for act in thin_acts(found.acts):
+        out += [
+            f"**{act.name.capitalize()} was seen in {act.polls} poll(s) only** "
+            f"(under {MIN_ACT_POLLS}): it passed faster than the polls; a shorter `poll` "
+            "shows it.",
+            "",
+        ]
     if k.poll_seconds is not None:
         hole = found.max_gap_seconds is not None and found.max_gap_seconds > 2 * k.poll_seconds
         out += [

@@ -155,3 +155,35 @@ def test_a_hole_in_the_timeline_is_called_out_with_its_cause(tmp_path: Path) -> 
         "periods): its closing poll was sent 2.4 s after its tick (this machine's CPU was "
         "taken) and vLLM took 4.6 s to answer it." in report
     )
+
+
+def test_an_act_seen_in_fewer_than_three_polls_is_called_out(tmp_path: Path) -> None:
+    # A fast CPU fills a 4,096-token pool in about 4 s: polled every 2 s, the first act
+    # is two pages (the empty pool and one half full); the storm one page.
+    timeline = [
+        point_at(0, 0, 0, 0.0, 0),
+        point_at(2, 12, 0, 0.77, 0),
+        point_at(4, 10, 2, 0.97, 0),
+        point_at(6, 7, 5, 0.90, 0),
+        point_at(8, 5, 6, 0.81, 0),
+        point_at(10, 6, 0, 0.58, 6),
+        point_at(12, 2, 0, 0.26, 6),
+    ]
+    flood = KvPressureResult(
+        startup=startup(0.05, 4096),
+        requests=12,
+        completed=12,
+        failed=0,
+        flood_seconds=12.0,
+        timeline=tuple(timeline),
+        poll_seconds=2.0,
+        pressure=pressure_summary(timeline, 0.95),
+    )
+    write_outputs(results_with(flood), tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert (
+        "**Filling was seen in 2 poll(s) only** (under 3): it passed faster than the polls; "
+        "a shorter `poll` shows it." in report
+    )
+    assert "**Preemption storm was seen in 1 poll(s) only**" in report
+    assert "Saturated with a queue was seen" not in report  # three polls: a stretch
