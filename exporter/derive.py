@@ -31,7 +31,11 @@ def counter_increase(before: float, after: float) -> float:
 
 
 def ratio(numerator: float, denominator: float) -> float | None:
-    return numerator / denominator if denominator > 0 else None
+    """numerator / denominator; absent when the denominator did not grow, or when either
+    is unknown (NaN: a counter the window's polls did not all see, exporter/history.py)."""
+    if not (denominator > 0 and math.isfinite(numerator) and math.isfinite(denominator)):
+        return None
+    return numerator / denominator
 
 
 @dataclass(frozen=True)
@@ -98,12 +102,18 @@ def increase_between(
     """Increase of one engine's counters from one reading to the next (the rule above).
 
     `restarted` says the process restarted in between (its start time changed); a counter
-    going down says so too.
+    going down says so too. A `_sum` that went down alone (a histogram observed a negative
+    value: vLLM's TTFT is measured on the wall clock, which can step back) grew by an
+    unknown amount: NaN, so every ratio over it is absent (`ratio`), never 0.
     """
     from_zero = restarted or counters_restarted(before, after)
     return Increase(
         {
-            name: value if from_zero or name not in before else max(value - before[name], 0.0)
+            name: value
+            if from_zero or name not in before
+            else value - before[name]
+            if value >= before[name]
+            else math.nan
             for name, value in after.items()
         },
         seconds,

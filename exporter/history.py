@@ -5,10 +5,17 @@ rule (`derive.increase_between`: a restart, seen as a new process start time or 
 counter going down, starts every counter of the engine again from zero), so the increase
 over any window is one subtraction per counter and memory stays bounded by the number of
 polls in a window.
+
+A counter a page does not show (vLLM creates families lazily; a restarting server's
+first pages lack some) keeps its total and last reading, and every window whose polls
+missed it, or that spans its first sighting or a `_sum` stepping back, gives it as NaN:
+unknown, so the ratios that need it are absent (`derive.ratio`) until it has been seen
+in two polls of the window again.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,14 +26,25 @@ from vllm_glassbox.exporter.derive import (
     increase_between,
     process_restarted,
 )
-from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot
+from vllm_glassbox.exporter.snapshot import SUMS, EngineKey, Snapshot
 
 
 @dataclass(frozen=True)
 class _Entry:
     at: float  # monotonic seconds
-    readings: Mapping[EngineKey, Mapping[str, float]]  # raw counter values
-    totals: Mapping[EngineKey, Mapping[str, float]]  # growth since first sight, summed
+    # Per engine: each counter's latest raw value (carried over polls that missed it).
+    readings: Mapping[EngineKey, Mapping[str, float]]
+    # Per engine: each counter's growth since first sight, summed (carried likewise).
+    totals: Mapping[EngineKey, Mapping[str, float]]
+    # Per engine: the counters this page did not show.
+    absent: Mapping[EngineKey, frozenset[str]]
+    # Per engine: the counters whose growth into this poll is unknown — absent from this
+    # page or the one before, new, or a `_sum` that went down. A window spanning such a
+    # step has no value for them (never a zero, never a jump).
+    gaps: Mapping[EngineKey, frozenset[str]]
+
+
+_NONE: frozenset[str] = frozenset()
 
 
 class History:
@@ -43,22 +61,48 @@ class History:
         restarted = process_restart
         if snapshot.process_start_time is not None:
             self._process_start = snapshot.process_start_time
+        readings: dict[EngineKey, dict[str, float]] = {}
         totals: dict[EngineKey, dict[str, float]] = {}
+        absent: dict[EngineKey, frozenset[str]] = {}
+        gaps: dict[EngineKey, frozenset[str]] = {}
         for key, sample in snapshot.engines.items():
+            counters = sample.counters
             before = prev.readings.get(key) if prev else None
             base = prev.totals.get(key) if prev else None
             if before is None or base is None:
                 # A new engine (or back after missing a poll): its past is in no window.
-                totals[key] = dict.fromkeys(sample.counters, 0.0)
+                readings[key] = dict(counters)
+                totals[key] = dict.fromkeys(counters, 0.0)
+                absent[key] = _NONE
+                gaps[key] = _NONE
                 continue
             # Each engine by its own counters: data-parallel engines come and go alone.
-            engine_restarted = process_restart or counters_restarted(before, sample.counters)
-            step = increase_between(before, sample.counters, 0.0, engine_restarted)
-            totals[key] = {name: base.get(name, 0.0) + step[name] for name in sample.counters}
+            engine_restarted = process_restart or counters_restarted(before, counters)
             restarted = restarted or engine_restarted
-        self._entries.append(
-            _Entry(at, {k: dict(v.counters) for k, v in snapshot.engines.items()}, totals)
-        )
+            step = increase_between(before, counters, 0.0, engine_restarted)
+            total = {name: base.get(name, 0.0) + step[name] for name in counters}
+            reading = dict(counters)
+            missing = frozenset(before.keys() - counters.keys())
+            unknown = set(missing) | (counters.keys() - before.keys())
+            unknown |= counters.keys() & prev.absent.get(key, _NONE)  # back after a miss
+            if not engine_restarted:
+                # A `_sum` that went down while its count grew (a wall clock stepped back):
+                # how much it grew is unknown, its new value the base from now on.
+                unknown |= {
+                    n for n in SUMS & counters.keys() & before.keys() if counters[n] < before[n]
+                }
+            for name in unknown & counters.keys() & before.keys():
+                total[name] = base.get(name, 0.0)  # its step unknown: the window says so
+            if missing and not engine_restarted:
+                # Carried, so the counter's next reading is compared with its last one;
+                # after a restart its old value belongs to the old process: forgotten.
+                for name in missing:
+                    reading[name] = before[name]
+                    total[name] = base.get(name, 0.0)
+            readings[key], totals[key] = reading, total
+            absent[key] = missing if not engine_restarted else _NONE
+            gaps[key] = frozenset(unknown)
+        self._entries.append(_Entry(at, readings, totals, absent, gaps))
         if restarted:
             self.restarts += 1
         return restarted
@@ -86,8 +130,16 @@ class History:
             if start is None:
                 continue
             base = start.totals[key]
+            unknown: set[str] = set()
+            for entry in self._entries:
+                if entry.at > start.at and entry.gaps.get(key):
+                    unknown |= entry.gaps[key]
             out[key] = Increase(
-                {name: total - base.get(name, 0.0) for name, total in end.items()},
+                {
+                    name: math.nan if name in unknown or name not in base else total - base[name]
+                    for name, total in end.items()
+                    if name not in latest.absent.get(key, _NONE)
+                },
                 latest.at - start.at,
             )
         return out

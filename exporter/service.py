@@ -154,11 +154,15 @@ class Poller:
         if snapshot is not None and self._failing is not None:
             log.info("poll succeeded again target=%s", self.config.target)
             self._failing = None
+        # The page is stamped when it came, not when it was asked for: a busy API server
+        # renders it after its queue (the counters are of that moment), so a slow answer
+        # stamped at its start would overstate every rate by the delay over the window.
+        received = self.clock()
         if snapshot is not None:
-            restarted = self.history.add(snapshot, started)
+            restarted = self.history.add(snapshot, received)
             self.engines = len(snapshot.engines)
-            self.first_requests.observe(snapshot, started, restarted)
-            self.polled_at = started
+            self.first_requests.observe(snapshot, received, restarted)
+            self.polled_at = received
             self.last_success_unix = time.time()
             if restarted or self.vllm_version is None:
                 self.vllm_version = self._fetch_version(deadline - time.monotonic())
@@ -169,8 +173,8 @@ class Poller:
                 log.warning("cannot read vLLM log path=%s err=%s", self.config.vllm_log, e)
         pools = self._kv_pools(snapshot) if snapshot is not None else {}
         if snapshot is not None:
-            self.used_tokens.add(started, used_tokens(pools))
-        duration = self.clock() - started
+            self.used_tokens.add(received, used_tokens(pools))
+        duration = received - started  # the fetch and the parse: what vLLM's answer cost
         if snapshot is not None:
             self._note_lateness(duration)
         self.up = snapshot is not None

@@ -7,6 +7,7 @@ The captured pairs come from the real vLLM CPU build with known requests between
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from vllm_glassbox.exporter import derive
@@ -450,13 +451,15 @@ def test_a_restart_seen_only_as_some_counters_going_down_resets_every_counter() 
     assert derive.counters_restarted(old, new)
 
 
-def test_a_sum_going_down_alone_is_not_a_restart_and_adds_nothing() -> None:
+def test_a_sum_going_down_alone_is_not_a_restart_and_its_ratio_is_absent() -> None:
     # A TTFT observed negative (the wall clock stepped back) while one more request came.
     old = {s.TTFT_SUM: 10.0, s.TTFT_COUNT: 5.0, s.GENERATION_TOKENS: 300.0}
     new = {s.TTFT_SUM: 9.5, s.TTFT_COUNT: 6.0, s.GENERATION_TOKENS: 364.0}
     assert not derive.counters_restarted(old, new)
     d = increase_between(old, new, 10.0)
-    assert (d[s.TTFT_SUM], d[s.TTFT_COUNT], d[s.GENERATION_TOKENS]) == (0.0, 1.0, 64.0)
+    assert (d[s.TTFT_COUNT], d[s.GENERATION_TOKENS]) == (1.0, 64.0)
+    # How much the sum grew is unknown (clipped to 0 it made the mean TTFT 0 s): absent.
+    assert math.isnan(d[s.TTFT_SUM]) and derive.time_to_first_token(d) is None
 
 
 def test_a_new_process_restarts_every_counter_even_those_that_grew() -> None:

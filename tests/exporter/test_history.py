@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import tracemalloc
 
@@ -164,13 +165,24 @@ def test_an_engine_that_disappears_and_reappears_starts_its_window_again() -> No
     assert increases[engine0][s.GENERATION_TOKENS] == mid[s.GENERATION_TOKENS] - 256
 
 
-def test_a_counter_vllm_creates_late_counts_from_zero() -> None:
+def test_a_counter_vllm_creates_late_is_unknown_until_seen_twice_in_the_window() -> None:
     history = History(60.0, 100)
     history.add(Snapshot({TINY: s.EngineSample({s.GENERATION_TOKENS: 10}, {})}), 0.0)
     history.add(Snapshot({TINY: s.EngineSample({s.GENERATION_TOKENS: 20, "late": 5}, {})}), 5.0)
     history.add(Snapshot({TINY: s.EngineSample({s.GENERATION_TOKENS: 30, "late": 8}, {})}), 10.0)
     d = history.increases()[TINY]
-    assert (d[s.GENERATION_TOKENS], d["late"]) == (20, 8)  # created after the first poll
+    # Its 5 may have been counted before the first poll (a page that lacked the family):
+    # over a window that spans its first sighting its growth is unknown, never a jump.
+    assert d[s.GENERATION_TOKENS] == 20 and math.isnan(d["late"])
+    assert History  # the window from its first sighting on knows it:
+    short = History(6.0, 100)
+    for at, counters in (
+        (0.0, {s.GENERATION_TOKENS: 10}),
+        (5.0, {s.GENERATION_TOKENS: 20, "late": 5}),
+        (10.0, {s.GENERATION_TOKENS: 30, "late": 8}),
+    ):
+        short.add(Snapshot({TINY: s.EngineSample(counters, {})}), at)
+    assert short.increases()[TINY]["late"] == 3
 
 
 # --- memory ------------------------------------------------------------------------------------
@@ -228,16 +240,16 @@ def _engine_snapshot(counters: dict[str, float]) -> Snapshot:
     return Snapshot({TINY: s.EngineSample(counters, {})}, process_start_time=1.0)
 
 
-def test_a_counter_created_since_the_last_poll_counts_from_zero_like_the_lab() -> None:
+def test_a_counter_created_since_the_last_poll_gives_no_ratio_for_that_window() -> None:
     before = {s.ITL_COUNT: 100.0, s.GENERATION_TOKENS: 100.0}
     after = {s.ITL_COUNT: 120.0, s.GENERATION_TOKENS: 120.0, s.SPEC_DRAFTS: 10.0}
     history = History(60.0, 10)
     history.add(_engine_snapshot(before), 0.0)
     history.add(_engine_snapshot(after), 5.0)
     windowed = history.increases()[TINY]
-    assert windowed[s.SPEC_DRAFTS] == 10.0
-    assert derive.spec_draft_coverage(windowed) == 0.5
-    assert windowed.counters == derive.increase_between(before, after, 5.0).counters
+    assert math.isnan(windowed[s.SPEC_DRAFTS])
+    assert derive.spec_draft_coverage(windowed) is None  # not 0.5 from a raw value
+    assert derive.tokens_per_forward_pass(windowed) == 1.0  # the others are whole
     assert history.restarts == 0
 
 
@@ -274,5 +286,104 @@ def test_a_histogram_sum_going_down_alone_is_not_a_restart() -> None:
     assert history.add(_engine_snapshot(after), 5.0) is False
     assert history.restarts == 0  # was 1
     d = history.increases()[TINY]
-    # Counted as a reset of the sum, it added 9.5 s: a mean TTFT of 9.5 s for the window.
-    assert (d[s.GENERATION_TOKENS], d[s.TTFT_COUNT], d[s.TTFT_SUM]) == (64.0, 1.0, 0.0)
+    # Counted as a reset of the sum, it added 9.5 s: a mean TTFT of 9.5 s for the window;
+    # clipped to no growth, a TTFT of 0 s. How much it grew is unknown: TTFT is absent.
+    assert (d[s.GENERATION_TOKENS], d[s.TTFT_COUNT]) == (64.0, 1.0)
+    assert math.isnan(d[s.TTFT_SUM]) and derive.time_to_first_token(d) is None
+    # The next poll's growth is measured from the stepped-back value: known again.
+    later = {s.TTFT_SUM: 9.8, s.TTFT_COUNT: 7.0, s.GENERATION_TOKENS: 428.0}
+    history.add(_engine_snapshot(later), 10.0)
+    short = History(6.0, 10)
+    for at, counters in ((0.0, before), (5.0, after), (10.0, later)):
+        short.add(_engine_snapshot(counters), at)
+    assert derive.time_to_first_token(short.increases()[TINY]) == pytest.approx(0.3)
+    assert derive.time_to_first_token(history.increases()[TINY]) is None  # spans the step
+
+
+def _pages_with_families_dropped(
+    pages: list[str], dropped: dict[int, tuple[str, ...]]
+) -> list[Snapshot]:
+    """The captured pages, from poll i on dropping the families named for i (that poll)."""
+    out = []
+    for i, text in enumerate(pages):
+        prefixes = dropped.get(i, ())
+        kept = [
+            line
+            for line in text.splitlines()
+            if not any(
+                line.startswith(p)
+                or line.startswith(f"# TYPE {p}")
+                or line.startswith(f"# HELP {p}")
+                for p in prefixes
+            )
+        ]
+        out.append(read_snapshot("\n".join(kept) + "\n"))
+    return out
+
+
+SPEC_FAMILIES = ("vllm:spec_decode_",)
+DECODE_FAMILIES = (
+    "vllm:generation_tokens",
+    "vllm:time_to_first_token",
+    "vllm:inter_token_latency",
+    "vllm:request_time_per_output_token",
+)
+
+
+#: One speculating server's pages, polled 10 s apart: two requests, then a flood.
+ONE_SERVER = [
+    "cpu-0.32/spec-idle.txt",
+    "cpu-0.32/spec-after-1x256.txt",
+    "cpu-0.32/spec-after-2x256.txt",
+    "cpu-0.32/flood-mid.txt",
+    "cpu-0.32/flood-after.txt",
+]
+
+
+def _by_hand(first: dict[str, float], last: dict[str, float]) -> dict[str, float]:
+    """The oracle: coverage, tokens per pass and acceptance from two pages' raw values."""
+    grew = {name: last[name] - first[name] for name in last}
+    return {
+        "coverage": grew[s.SPEC_DRAFTS] / grew[s.ITL_COUNT],
+        "per_pass": (grew[s.GENERATION_TOKENS] - grew[s.TTFT_COUNT]) / grew[s.ITL_COUNT],
+        "acceptance": grew[s.SPEC_ACCEPTED] / grew[s.SPEC_DRAFT_TOKENS],
+    }
+
+
+def _values(d: derive.Increase) -> dict[str, float | None]:
+    return {
+        "coverage": derive.spec_draft_coverage(d),
+        "per_pass": derive.tokens_per_forward_pass(d),
+        "acceptance": derive.spec_acceptance_ratio(d),
+    }
+
+
+@pytest.mark.parametrize("families", [SPEC_FAMILIES, DECODE_FAMILIES], ids=["spec", "decode"])
+def test_a_family_missing_from_one_page_is_absent_from_windows_until_seen_twice(
+    families: tuple[str, ...],
+) -> None:
+    pages = _pages_with_families_dropped([page(n) for n in ONE_SERVER], {1: families})
+    whole = [snap(n).engines[TINY].counters for n in ONE_SERVER]
+    assert pages[1].engines[TINY].counters.keys() < whole[1].keys()
+    needs = {"coverage", "acceptance"} if families == SPEC_FAMILIES else {"coverage", "per_pass"}
+    long, short = History(60.0, 100), History(25.0, 100)
+    for i, snapshot in enumerate(pages):
+        for history in (long, short):
+            history.add(snapshot, i * 10.0)
+        if i == 0:
+            continue
+        # Every 60 s window spans the poll that missed the families: what needs them is
+        # absent, the rest equals the raw pages' arithmetic.
+        values = _values(long.increases()[TINY])
+        expected = _by_hand(whole[0], whole[i])
+        for name, value in values.items():
+            if name in needs:
+                assert value is None, (i, name, value)
+            elif value is not None:
+                assert value == pytest.approx(expected[name]), (i, name)
+    assert long.restarts == short.restarts == 0
+    # A 25 s window from the poll at 20 s on has seen them twice since: exact again.
+    d = short.increases()[TINY]
+    assert d.seconds == 20.0
+    expected = _by_hand(whole[2], whole[4])
+    assert _values(d) == pytest.approx(expected)
