@@ -69,7 +69,7 @@ class History:
             counters = sample.counters
             before = prev.readings.get(key) if prev else None
             base = prev.totals.get(key) if prev else None
-            if before is None or base is None:
+            if prev is None or before is None or base is None:
                 # A new engine (or back after missing a poll): its past is in no window.
                 readings[key] = dict(counters)
                 totals[key] = dict.fromkeys(counters, 0.0)
