@@ -14,6 +14,7 @@ ERROR_REASONS = (
     "http_status",  # anything but 200
     "too_large",  # the decoded body passed the byte cap
     "decode",  # bad gzip or bad UTF-8
+    "truncated",  # the page's end is not proven, or it is missing what a whole page has
     "parse",  # not exposition text
     "invalid_value",  # NaN or ±Inf where a count or a ratio must be
     "duplicate_series",  # the same series twice

@@ -6,6 +6,16 @@ the wall-clock deadline passes, whatever httpx is waiting for, and the body loop
 checks the deadline between chunks. Bodies are read raw and inflated here with a bound,
 so a gzip bomb costs at most the cap, whatever the server claims.
 
+A page is trusted only when its end is proven, because a page cut at a line boundary
+is valid exposition text that reads as whole (a data-parallel page cut between the
+engines' `cache_config_info` lines doubled engine 0's KV pool). The proofs: a
+`Content-Length` the body matched or the chunked encoding's terminator (httpx raises
+`RemoteProtocolError` on a body cut short of either: `connect`), a gzip or deflate
+stream's own end, or OpenMetrics' `# EOF` line. A body read until the connection closed
+with none of these is refused (`truncated`). vLLM's uvicorn frames every answer (the
+whole page with a `Content-Length`, prometheus_client's filtered page chunked), so only
+an HTTP/1.0-style proxy in between meets the refusal.
+
 A vLLM behind a TLS or token-checking proxy is reached with `TargetCredentials`: a CA to
 trust, a client certificate, a bearer token (or basic auth: `glassbox probe` reads an
 exporter that asks for it). The files are watched, not read once: the token and
@@ -276,6 +286,10 @@ class Fetcher:
     def _get(
         self, path: str, shown: str, seconds: float, deadline: float, watchdog: _Watchdog
     ) -> str:
+        # The text format, not OpenMetrics (whose `# EOF` would prove a page whole): vLLM's
+        # whole /metrics (prometheus-fastapi-instrumentator) answers text whatever is
+        # asked, and prometheus_client's OpenMetrics (0.26) writes `vllm:x` samples as
+        # `vllm_x`, so every name read here would change. The framing proves the end.
         headers = {"Accept-Encoding": "identity", "Accept": "text/plain", **self._auth_headers()}
         with self._current_client().stream(
             "GET",
@@ -286,6 +300,10 @@ class Fetcher:
         ) as response:
             if response.status_code != 200:
                 raise ScrapeError("http_status", f"{shown}: HTTP {response.status_code}")
+            # httpx checks these framings itself (it raises on a body cut short of them).
+            framed = "content-length" in response.headers or (
+                "chunked" in response.headers.get("transfer-encoding", "").lower()
+            )
             declared = response.headers.get("content-length", "")
             encoding = response.headers.get("content-encoding", "identity").lower()
             if encoding == "identity" and declared.isdigit() and int(declared) > self.max_bytes:
@@ -314,11 +332,24 @@ class Fetcher:
             if inflater is not None and not inflater.eof:
                 raise ScrapeError("decode", f"{shown}: {encoding} body ends early")
         try:
-            return body.decode("utf-8")
+            text = body.decode("utf-8")
         except UnicodeDecodeError as e:
             raise ScrapeError(
                 "decode", f"{shown}: not UTF-8 ({e.reason} at byte {e.start})"
             ) from None
+        # A gzip or deflate stream ends in a trailer of its own (checked above).
+        if not framed and inflater is None and not ends_with_eof(text):
+            raise ScrapeError(
+                "truncated",
+                f"{shown}: read until the connection closed, with no Content-Length, "
+                "chunked encoding or `# EOF` to prove the page whole",
+            )
+        return text
+
+
+def ends_with_eof(text: str) -> bool:
+    """Whether the text's last line is OpenMetrics' `# EOF`, which only a whole page has."""
+    return text in ("# EOF", "# EOF\n") or text.endswith(("\n# EOF", "\n# EOF\n"))
 
 
 @functools.lru_cache(maxsize=16)

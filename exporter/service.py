@@ -37,6 +37,7 @@ from vllm_glassbox.exporter.snapshot import (
     EngineKey,
     Snapshot,
     first_cache,
+    lost_since,
     read_snapshot,
 )
 from vllm_glassbox.exporter.startup_log import LogFollower, StartupFacts
@@ -108,6 +109,7 @@ class Poller:
         self.vllm_version: str | None = None
         self.last_success_unix: float | None = None
         self._failing: str | None = None  # reason of the failure in progress
+        self._latest_page: Snapshot | None = None  # the latest page read, even if refused
         self.up: bool | None = None  # the latest poll's outcome; None before the first
         self.failing: str | None = None  # what the latest failed poll said
         self._slow = False  # whether the latest poll answered after the interval
@@ -140,7 +142,9 @@ class Poller:
         deadline = time.monotonic() + self.config.timeout_seconds  # one per poll, all fetches
         snapshot: Snapshot | None = None
         try:
-            snapshot = self._read_page(deadline)
+            page = self._read_page(deadline)
+            self._check_nothing_lost(page)
+            snapshot = page
         except ScrapeError as e:
             if self._stopping:  # cut by stop(): not vLLM's failure
                 return False
@@ -180,6 +184,16 @@ class Poller:
         self.up = snapshot is not None
         self._publish(up=self.up, duration=duration, snapshot=snapshot, pools=pools)
         return self.up
+
+    def _check_nothing_lost(self, page: Snapshot) -> None:
+        """Refuse (`truncated`) a page that lacks an engine or a family the page read before
+        it had, in the same vLLM process (`snapshot.lost_since`). The page refused becomes
+        the one the next is compared with, so a change that stays (an engine gone for
+        good) costs one poll, never every poll."""
+        before, self._latest_page = self._latest_page, page
+        lost = lost_since(before, page) if before is not None else None
+        if lost is not None:
+            raise ScrapeError("truncated", f"{lost} (a page cut short?)")
 
     def _kv_pools(self, snapshot: Snapshot) -> dict[EngineKey, KvPool]:
         """Each engine's KV pool, once per poll for the page and the trend, with the log as

@@ -247,12 +247,89 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
         )
     start = samples.get(_PROCESS_START, {}).get((), None)
     unrecognised = _drop_untrusted_v0_counters(counters) if _is_v0(samples) else {}
-    return Snapshot(
+    snapshot = Snapshot(
         engines={k: EngineSample(counters.get(k, {}), gauges.get(k, {})) for k in sorted(keys)},
         cache=_cache_configs(samples.get(_CACHE_CONFIG)),
         process_start_time=start,
         unrecognised=unrecognised,
     )
+    _check_engines_agree(snapshot)
+    return snapshot
+
+
+#: What `families_of` names the cache config by.
+CACHE_CONFIG_FAMILY = "cache_config_info"
+
+
+def families_of(snapshot: Snapshot, key: EngineKey) -> frozenset[str]:
+    """The canonical names one engine has on the page: counters, gauges, cache config."""
+    sample = snapshot.engines.get(key)
+    names = set(sample.counters) | set(sample.gauges) if sample is not None else set()
+    if key.engine in snapshot.cache:
+        names.add(CACHE_CONFIG_FAMILY)
+    return frozenset(names)
+
+
+def _check_engines_agree(snapshot: Snapshot) -> None:
+    """Every engine of a page has the same families, or the page is refused.
+
+    vLLM gives each engine every family of the page (a data-parallel engine's metrics
+    are made with its labels at startup), so engines that disagree mean a page cut
+    between the engines' lines, which is valid text. Read as whole, cuts of vLLM 0.11's
+    DP page gave engine 0 both engines' pool (engine 0's `cache_config_info` alone: the
+    only engine holding the summed `num_gpu_blocks`) and 0.85 tokens per forward pass
+    (the engines summed, one of them without its TTFT count).
+    """
+    keys = list(snapshot.engines)
+    engine_labels = {k.engine for k in keys}
+    keys += [EngineKey("", e) for e in sorted(snapshot.cache) if e not in engine_labels]
+    if len(keys) < 2:
+        return
+    have = {key: families_of(snapshot, key) for key in keys}
+    every = frozenset().union(*have.values())
+    for key in keys:
+        missing = every - have[key]
+        if missing:
+            raise ScrapeError(
+                "truncated",
+                f"engine {key.engine!r} lacks {_some(missing)} that another engine has "
+                "(a page cut between the engines' lines?)",
+            )
+
+
+def lost_since(before: Snapshot, after: Snapshot) -> str | None:
+    """What a page lacks that the page before it, of the same vLLM process, had: an
+    engine or one of an engine's families; None when nothing.
+
+    vLLM keeps an engine's families for the life of its process, so a later page without
+    one is cut short (at a family boundary, where every engine still agrees). Believing
+    it would make the missing counters reappear at the next page as new ones, counted
+    whole as one poll's increase. A new process may have other families: one seen by a
+    changed `process_start_time_seconds`, or by a counter going down (multiprocess mode
+    shows no `process_*`), which a page cut short never does."""
+    if (
+        before.process_start_time is not None
+        and after.process_start_time is not None
+        and before.process_start_time != after.process_start_time
+    ):
+        return None
+    for key, sample in after.engines.items():
+        old = before.engines[key].counters if key in before.engines else {}
+        if any(n in old and v < old[n] for n, v in sample.counters.items() if n not in SUMS):
+            return None
+    for key in before.engines:
+        if key not in after.engines:
+            return f"engine {key.engine!r} of the previous page is missing"
+        missing = families_of(before, key) - families_of(after, key)
+        if missing:
+            return f"engine {key.engine!r} lacks {_some(missing)} that the previous page had"
+    return None
+
+
+def _some(names: Iterable[str]) -> str:
+    shown = sorted(names)
+    more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+    return ", ".join(shown[:3]) + more
 
 
 def _is_spec(name: str) -> bool:

@@ -311,6 +311,19 @@ def truncated(fake: FakeVllm, honest: bool) -> Behaviour:
     return run
 
 
+def cut_at_a_line(fake: FakeVllm) -> Behaviour:
+    """A page cut at a line boundary (valid text, wrong numbers), read until the
+    connection closes: no Content-Length and no chunked encoding say where it ends."""
+
+    def run(h: _Handler) -> None:
+        page = fake.page().encode()
+        cut = page[: page.rindex(b"\n", 0, int(len(page) * 0.6)) + 1]
+        h.send_head(None)
+        h.wfile.write(cut)
+
+    return run
+
+
 def drip(fake: FakeVllm, seconds_per_byte: float = 0.5) -> Behaviour:
     """Headers at once, then the body one byte at a time."""
 

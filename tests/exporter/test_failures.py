@@ -44,6 +44,7 @@ from tests.misbehaving import (
     Misbehaving,
     Step,
     body,
+    cut_at_a_line,
     drip,
     drip_headers,
     garbage,
@@ -231,6 +232,7 @@ FAILURES = [
     Failure("HTML instead of metrics", "parse", lambda f: body("<html>busy</html>\n")),
     Failure("truncated, honest length", "parse", lambda f: truncated(f, honest=True)),
     Failure("truncated, dishonest length", "connect", lambda f: truncated(f, honest=False)),
+    Failure("cut at a line, read to the close", "truncated", lambda f: cut_at_a_line(f)),
     Failure(
         "NaN counter",
         "invalid_value",
