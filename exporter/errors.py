@@ -28,10 +28,12 @@ class ScrapeError(Exception):
     """A poll of vLLM that failed: no answer, or a page that cannot be used. `reason` is
     one of ERROR_REASONS."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, refused: bool = False) -> None:
         assert reason in ERROR_REASONS, reason
         super().__init__(message)
         self.reason = reason
+        # Nothing listened at the target's port: its process is gone (or restarting).
+        self.refused = refused
 
 
 def plain_reason(error: Exception) -> str:

@@ -63,6 +63,9 @@ class PollState:
     cold_start: ColdStart | None = None  # the latest start in vLLM's log
     first_requests: Mapping[EngineKey, FirstRequests] = field(default_factory=dict)
     polled_at: float | None = None  # monotonic time of the latest poll (windows end there)
+    #: Shapes of the target itself glassbox cannot read (several servers behind it), with
+    #: what shows them.
+    target_shapes: Mapping[str, str] = field(default_factory=dict)
     used_tokens_growth: Mapping[EngineKey, Growth] = field(default_factory=dict)
     # Each engine's KV pool as of this poll (`kv_trend.kv_pools`), computed once by the poll.
     kv_pools: Mapping[EngineKey, KvPool] = field(default_factory=dict)
@@ -242,6 +245,7 @@ def unrecognised_inputs(state: PollState) -> dict[tuple[str, str], str]:
     shapes = {("log", shape): shown for shape, shown in state.log_unrecognised.items()}
     if state.up and state.snapshot is not None:
         shapes |= {("page", shape): shown for shape, shown in state.snapshot.unrecognised.items()}
+        shapes |= {("page", shape): shown for shape, shown in state.target_shapes.items()}
         hybrid = [
             key.engine
             for key in state.snapshot.engines

@@ -279,7 +279,11 @@ class Fetcher:
                         "timeout", f"{shown}: no complete answer within {seconds:g}s"
                     ) from None
                 # Refused, reset, or closed before the announced body was complete.
-                raise ScrapeError("connect", f"{shown}: {type(e).__name__}: {e}") from None
+                raise ScrapeError(
+                    "connect",
+                    f"{shown}: {type(e).__name__}: {e}",
+                    refused=isinstance(e, httpx.ConnectError),
+                ) from None
             finally:
                 self._in_flight = None
 

@@ -54,10 +54,15 @@ class History:
         self._process_start: float | None = None
         self.restarts = 0
 
-    def add(self, snapshot: Snapshot, at: float) -> bool:
-        """Fold in one poll; returns True when it shows that vLLM restarted."""
+    def add(self, snapshot: Snapshot, at: float, gone_since: bool = False) -> bool:
+        """Fold in one poll; returns True when it shows that vLLM restarted. `gone_since`:
+        the target refused a connection since the poll before (its process was gone), the
+        one sign of a restart left to a page without `process_start_time_seconds`
+        (multiprocess mode) whose counters all grew past their old values."""
         prev = self._entries[-1] if self._entries else None
         process_restart = process_restarted(self._process_start, snapshot.process_start_time)
+        if gone_since and snapshot.process_start_time is None and prev is not None:
+            process_restart = True
         restarted = process_restart
         if snapshot.process_start_time is not None:
             self._process_start = snapshot.process_start_time
@@ -146,3 +151,8 @@ class History:
 
     def clear(self) -> None:
         self._entries.clear()
+
+    def forget(self) -> None:
+        """Every poll and the process they came from: the next poll starts afresh."""
+        self._entries.clear()
+        self._process_start = None

@@ -32,6 +32,7 @@ from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.kv_trend import KvPool, UsedTokensTrend, kv_pools, used_tokens
 from vllm_glassbox.exporter.layout import ParallelLayout, resolve_layout
 from vllm_glassbox.exporter.server import Answer, MetricsServer
+from vllm_glassbox.exporter.server_trail import SEVERAL_SERVERS, ServerTrail
 from vllm_glassbox.exporter.snapshot import (
     FILTERED_PAGE_PATH,
     EngineKey,
@@ -77,6 +78,13 @@ class ExporterConfig:
     pipeline_parallel: int | None = None
 
 
+SEVERAL_SERVERS_SHOWN = (
+    "pages from several vLLM processes in turn (process start times or counters switch "
+    "back and forth): --target names a Service in front of replicas? Point each exporter "
+    "at one vLLM (a sidecar); no rate is published meanwhile"
+)
+
+
 class Poller:
     """Polls vLLM and publishes families. `poll_once` is the unit the tests drive."""
 
@@ -109,6 +117,10 @@ class Poller:
         self.vllm_version: str | None = None
         self.last_success_unix: float | None = None
         self._failing: str | None = None  # reason of the failure in progress
+        self._failed_since = False  # a poll failed since the last one that succeeded
+        self._refused_since = False  # ... with a refused connection: the process was gone
+        self.trail = ServerTrail()
+        self.several_servers = False  # pages of several vLLM processes in turn
         self._latest_page: Snapshot | None = None  # the latest page read, even if refused
         self.up: bool | None = None  # the latest poll's outcome; None before the first
         self.failing: str | None = None  # what the latest failed poll said
@@ -148,6 +160,8 @@ class Poller:
         except ScrapeError as e:
             if self._stopping:  # cut by stop(): not vLLM's failure
                 return False
+            self._failed_since = True
+            self._refused_since = self._refused_since or e.refused
             self.errors[e.reason] += 1
             # An error line when the failure starts or changes; the counter has the rest.
             level = logging.DEBUG if e.reason == self._failing else logging.ERROR
@@ -163,7 +177,18 @@ class Poller:
         # stamped at its start would overstate every rate by the delay over the window.
         received = self.clock()
         if snapshot is not None:
-            restarted = self.history.add(snapshot, received)
+            restarted = self.history.add(snapshot, received, gone_since=self._refused_since)
+            start = snapshot.process_start_time
+            self.several_servers = self.trail.observe(start, restarted, self._failed_since)
+            if self.several_servers:
+                # Pages of several servers in turn: no switch is a restart, and no window
+                # spans two of them, so no rate is published (the flag says why).
+                if restarted:
+                    self.history.restarts -= 1  # counted by this poll, not yet published
+                    restarted = False
+                self.history.forget()
+                self.history.add(snapshot, received)
+            self._failed_since = self._refused_since = False
             self.engines = len(snapshot.engines)
             self.first_requests.observe(snapshot, received, restarted)
             self.polled_at = received
@@ -297,6 +322,7 @@ class Poller:
             build=this_build(),
             layout=self.layout(),
             log_unrecognised=facts.unrecognised() if facts else {},
+            target_shapes={SEVERAL_SERVERS: SEVERAL_SERVERS_SHOWN} if self.several_servers else {},
             kv_hybrid_in_log=facts.hybrid_kv if facts else False,
         )
         self._tell_unrecognised(unrecognised_inputs(state))

@@ -5,14 +5,23 @@ the poll was sent), so rates over the window are the raw pages' arithmetic.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.derive import counters_restarted
+from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.server_trail import SEVERAL_SERVERS
 from vllm_glassbox.exporter.service import Poller, make_registry
-from vllm_glassbox.exporter.snapshot import read_snapshot
+from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 
 from tests.exporter.test_exposition_golden import Clock, PageSequence, config
 from tests.fixtures import page
+
+TINY = EngineKey("tiny", "0")
 
 
 class LateAnswers(PageSequence):
@@ -52,3 +61,87 @@ def test_a_page_that_came_late_is_stamped_when_it_came() -> None:
     assert steps > 0
     # By hand: the two pages' steps over the 19 s between their answers (not 10 s).
     assert _published(poller, "glassbox_engine_steps_per_second") == steps / 19.0
+
+
+# --- several servers behind one target, and restarts without a process start time ------
+
+
+def multiprocess(name: str) -> str:
+    """A captured page as vLLM's multiprocess mode serves it: no process_* series."""
+    return re.sub(r"^process_.*\n", "", page(name), flags=re.MULTILINE)
+
+
+def _polled(pages: list[str | ScrapeError]) -> Poller:
+    clock = Clock()
+    poller = Poller(config(), fetcher=PageSequence(pages, "0.32.0"), clock=clock)
+    for _ in pages:
+        poller.poll_once()
+        clock.now += 10.0
+    return poller
+
+
+def _flags(poller: Poller) -> set[str]:
+    text = generate_latest(make_registry(poller)).decode()
+    return {
+        sample.labels["shape"]
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "glassbox_input_unrecognised"
+    }
+
+
+#: Two servers' pages: the plain one and the speculating one (two processes).
+PLAIN, SPEC = "cpu-0.32/plain-after-3x64.txt", "cpu-0.32/spec-after-2x256.txt"
+
+
+@pytest.mark.parametrize("shape", [page, multiprocess], ids=["start times", "multiprocess"])
+def test_a_service_in_front_of_two_replicas_is_flagged_and_gives_no_rates(
+    shape: Callable[[str], str],
+) -> None:
+    poller = _polled([shape(n) for n in [PLAIN, SPEC] * 4])
+    assert SEVERAL_SERVERS in _flags(poller)
+    # One switch looks like a restart before the second shows the pattern; after that
+    # no switch is counted (it climbed at every poll: 7 here).
+    assert _published(poller, "glassbox_target_restarts_total") == 1
+    assert _published(poller, "glassbox_engine_steps_per_second") is None
+    assert _published(poller, "glassbox_tokens_per_forward_pass") is None
+    assert _published(poller, "glassbox_target_up") == 1  # each page is read
+
+
+def test_one_restart_is_a_restart_not_several_servers() -> None:
+    spec = ["cpu-0.32/spec-idle.txt", "cpu-0.32/spec-after-1x256.txt", SPEC]
+    poller = _polled([page(PLAIN), page(PLAIN), *[page(n) for n in spec]])
+    assert SEVERAL_SERVERS not in _flags(poller)
+    assert _published(poller, "glassbox_target_restarts_total") == 1
+    # The window since the restart: the speculating server's own counters, by hand.
+    per_pass = _published(poller, "glassbox_tokens_per_forward_pass")
+    assert per_pass == (512 - 2) / 104
+
+
+def test_a_restart_without_a_process_start_time_is_seen_by_the_refused_connection() -> None:
+    old, new, later = (
+        multiprocess("cpu-0.32/plain-after-1x64.txt"),
+        multiprocess(SPEC),
+        multiprocess("cpu-0.32/flood-mid.txt"),
+    )
+    before, after = (read_snapshot(p).engines[TINY].counters for p in (old, new))
+    assert not counters_restarted(before, after)  # every counter grew past its old value
+    gone = ScrapeError("connect", "/metrics: ConnectError: refused", refused=True)
+    poller = _polled([old, gone, new, later])
+    assert _published(poller, "glassbox_target_restarts_total") == 1
+    # The window holds the new process's counters only, from zero, by hand:
+    raw = read_snapshot(later).engines[TINY].counters
+    expected = (raw[s.GENERATION_TOKENS] - raw[s.TTFT_COUNT]) / raw[s.ITL_COUNT]
+    mixed = (raw[s.GENERATION_TOKENS] - before[s.GENERATION_TOKENS]) - (
+        raw[s.TTFT_COUNT] - before[s.TTFT_COUNT]
+    )
+    assert mixed / (raw[s.ITL_COUNT] - before[s.ITL_COUNT]) != pytest.approx(expected)
+    assert _published(poller, "glassbox_tokens_per_forward_pass") == pytest.approx(expected)
+
+
+def test_a_timeout_is_no_restart_without_a_process_start_time() -> None:
+    slow = ScrapeError("timeout", "/metrics: no complete answer within 3s")
+    names = ["cpu-0.32/plain-after-1x64.txt", "cpu-0.32/plain-after-3x64.txt"]
+    poller = _polled([multiprocess(names[0]), slow, multiprocess(names[1])])
+    assert _published(poller, "glassbox_target_restarts_total") == 0
+    assert _published(poller, "glassbox_engine_steps_per_second") is not None
