@@ -76,6 +76,9 @@ PEAK_BANDWIDTH = 20e9  # what start_exporter tells the exporter
 # a whole process's counters at once, which is many times more.
 SPIKE_FACTOR = 1.5
 ALIGN_SECONDS = 2.5
+# A raw scrape of vLLM (every second) within this of the exporter's poll (every second)
+# read the same counters, but for events between the two.
+POLL_SLACK_SECONDS = 1.5
 # Windows shorter than this are compared with nothing: over a second or two, moving an
 # end by one poll changes a ratio's numerator and denominator by different events.
 MIN_SPAN_SECONDS = 10.0
@@ -489,13 +492,22 @@ def test_no_windowed_series_spikes_against_the_derivation_core_on_raw_counters(
         for ts, v in series["values"]
     }
 
-    def reference(compute: Any, at: float, span: float) -> list[float]:
-        """The core's values for raw windows [a, b]: b up to a poll period and a slow
-        poll before Prometheus scraped the exporter at `at`, b - a within ALIGN_SECONDS of
-        the exporter's span."""
+    polled = {
+        float(ts): float(v)
+        for series in chaos.samples(
+            'glassbox_last_scrape_success_timestamp_seconds{job="glassbox"}'
+        )
+        for ts, v in series["values"]
+    }
+
+    def reference(compute: Any, polled_at: float, span: float) -> list[float]:
+        """The core's values for raw windows [a, b]: b the raw scrape of vLLM nearest the
+        exporter's own poll that made the value (its last success, which ends its
+        window; not Prometheus' scrape of the exporter, which may come seconds after a
+        slow poll), b - a within ALIGN_SECONDS of the exporter's span."""
         values = []
-        first_end = bisect.bisect_left(times, at - ALIGN_SECONDS - 1.0)
-        for j in range(first_end, bisect.bisect_right(times, at + 1.0)):
+        first_end = bisect.bisect_left(times, polled_at - POLL_SLACK_SECONDS)
+        for j in range(first_end, bisect.bisect_right(times, polled_at + POLL_SLACK_SECONDS)):
             b = times[j]
             end = totals[j][1].get(key)
             if end is None:
@@ -525,7 +537,11 @@ def test_no_windowed_series_spikes_against_the_derivation_core_on_raw_counters(
                 if span is None or span < MIN_SPAN_SECONDS:
                     skipped["window under 10 s"] = skipped.get("window under 10 s", 0) + 1
                     continue
-                envelope = reference(windowed.compute, at, span)
+                polled_at = polled.get(at)
+                if polled_at is None:
+                    skipped["no poll time"] = skipped.get("no poll time", 0) + 1
+                    continue
+                envelope = reference(windowed.compute, polled_at, span)
                 if not envelope:
                     skipped["no raw window"] = skipped.get("no raw window", 0) + 1
                     continue
@@ -536,8 +552,9 @@ def test_no_windowed_series_spikes_against_the_derivation_core_on_raw_counters(
                 if value > high * SPIKE_FACTOR + 1e-12 or value < low / SPIKE_FACTOR - 1e-12:
                     spikes.append(
                         f"{windowed.name} = {value:.6g} at {at - chaos.times['kill']:+.0f}s "
-                        f"from the kill (window {span:g}s); the derivation core on raw "
-                        f"counters: {low:.6g} .. {high:.6g}"
+                        f"from the kill (window {span:g}s, polled {at - polled_at:.1f}s "
+                        f"before the scrape); the derivation core on raw counters: "
+                        f"{low:.6g} .. {high:.6g}"
                     )
     print(
         f"{compared} exporter values compared with the derivation core on {len(times)} raw "
