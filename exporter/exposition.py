@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from vllm_glassbox.build import Build
@@ -72,6 +73,15 @@ class PollState:
     # Shapes of vLLM's latest start in its log that glassbox does not read (shape -> line).
     log_unrecognised: Mapping[str, str] = field(default_factory=dict)
     kv_hybrid_in_log: bool = False  # the log says the KV pool is shared by layer groups
+    # The model_name `weights` are of: engines serving another have no weight-based series
+    # (None: the engines' whatever their name).
+    weights_model: str | None = None
+    # Weights glassbox has but of another model than vLLM serves, by the input that shows
+    # it (page: another model_name; log: another start) -> what shows it.
+    weights_of_another_model: Mapping[str, str] = field(default_factory=dict)
+    # The weights of the model the log's latest start loaded (its load rate), "as_page":
+    # those of `weights`.
+    start_weights: Weights | Literal["as_page"] | None = "as_page"
 
 
 def _engine_labels(key: EngineKey) -> list[str]:
@@ -94,13 +104,17 @@ def derived_families(state: PollState) -> list[Metric]:
     if not state.up or state.snapshot is None:
         return []
     context = series.derivation_context(state.weights, state.peak_bandwidth, state.layout.tensor)
+    # An engine of another model than the weights' has no weight-based series.
+    unweighted = series.derivation_context(None, state.peak_bandwidth, state.layout.tensor)
     window = state.window_seconds
     increases = sorted(state.increases.items())
     families: list[Metric] = []
     for windowed in series.WINDOWED:
         family = windowed.new(window)
         for key, increase in increases:
-            _add(family, _engine_labels(key), windowed.compute(increase, context))
+            ours = state.weights_model is None or key.model_name == state.weights_model
+            value = windowed.compute(increase, context if ours else unweighted)
+            _add(family, _engine_labels(key), value)
         families.append(family)
 
     covered = series.WINDOW_COVERED.new()
@@ -169,7 +183,8 @@ def startup_families(state: PollState) -> list[Metric]:
     total = series.STARTUP.new()
     _add(total, values, stages.total)
     load_rate = series.MODEL_LOAD_RATE.new()
-    weights = state.weights.bytes if state.weights else None
+    loaded = state.weights if state.start_weights == "as_page" else state.start_weights
+    weights = loaded.bytes if loaded else None
     _add(load_rate, values, model_load_bytes_per_second(weights, stages.weights_load))
     return [by_stage, total, load_rate]
 
@@ -243,6 +258,8 @@ def unrecognised_inputs(state: PollState) -> dict[tuple[str, str], str]:
     """Every shape of the inputs glassbox does not read, by (source, shape), with what
     shows it; the page's only while vLLM is up."""
     shapes = {("log", shape): shown for shape, shown in state.log_unrecognised.items()}
+    for source, shown in state.weights_of_another_model.items():
+        shapes[(source, "weights_of_another_model")] = shown
     if state.up and state.snapshot is not None:
         shapes |= {("page", shape): shown for shape, shown in state.snapshot.unrecognised.items()}
         shapes |= {("page", shape): shown for shape, shown in state.target_shapes.items()}

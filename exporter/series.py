@@ -123,7 +123,8 @@ INPUT_UNRECOGNISED = gauge(
     "1 for each shape of vLLM's log or page that glassbox does not read or cannot place "
     "(source: log or page; shape: unknown_process_prefix, ray_deduplicated_lines, "
     "unplaced_engine, experts_across_engines, v0_engine_steps, v0_spec_counters, "
-    "hybrid_kv_groups): the series it would feed are absent, not guessed.",
+    "hybrid_kv_groups, weights_of_another_model): the series it would feed are absent, "
+    "not guessed.",
     ("source", "shape"),
 )
 WEB_CONFIG_RELOAD = gauge(

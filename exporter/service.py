@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -46,10 +46,12 @@ from vllm_glassbox.exporter.textformat import Limits
 from vllm_glassbox.exporter.webconfig import WebConfigSource
 from vllm_glassbox.exporter.weights import (
     CheckpointSize,
+    Model,
     Weights,
     checkpoint_weights,
     read_checkpoint,
     resolve_weights,
+    told_apart,
 )
 from vllm_glassbox.ticker import ticks
 
@@ -128,6 +130,16 @@ class Poller:
         self._stopping = False
         self._published: list[Metric] = []
         self._told: set[tuple[str, str]] = set()  # unrecognised inputs already logged
+        # Whose weights (`_follow_model`): the model the page serves (None before the first
+        # page), the model --weights-bytes and --model-dir are of (the first page's), and
+        # which of the log's starts is the page's process.
+        self.model: Model | None = None
+        self._static_owner: Model | None = None
+        self._owned_at_restarts = 0
+        self._log_start: int | None = None  # the log's start (StartupFacts.startups) of the page
+        self._first_log_start: int | None = None
+        self._log_behind = False  # vLLM restarted and the log shows no start since
+        self._log_names: tuple[str, str] | None = None  # (log's, page's) name at the start
         # Before the first poll ends vLLM is neither up nor down: no glassbox_target_up
         # yet, so a restarted exporter never shows a target down that is not.
         self._publish(up=None, duration=0.0, snapshot=None)
@@ -145,9 +157,104 @@ class Poller:
         )
 
     def weights(self) -> Weights | None:
+        """The weights of the model the page serves (of whichever before the first page)."""
+        return self._weights_of(self.model, self._log_behind)[0]
+
+    def _log_model(self) -> Model | None:
+        """The model of the log's latest start, named as the page names it; None without a
+        log or before it shows a start."""
         facts = self._facts()
-        checkpoint = checkpoint_weights(self.checkpoint, facts) if self.checkpoint else None
-        return resolve_weights(self.config.weights_bytes, facts, checkpoint, self.layout())
+        if facts is None or facts.startups == 0:
+            return None
+        served = facts.served_model_name
+        if self._log_names is not None and served == self._log_names[0]:
+            served = self._log_names[1]
+        return Model(served, facts.model)
+
+    def _follow_model(self, snapshot: Snapshot, restarted: bool) -> None:
+        """Which model the page serves, and which of the log's starts is its process's.
+
+        The log's latest start is the page's process at the first page (as the exporter
+        always took it); after vLLM restarts (`History.add`), only a start the log shows
+        later is the new process's: until then the log's facts are the previous
+        process's (`_log_behind`). --weights-bytes and --model-dir are of the model the
+        first page serves, with the checkpoint the log says it loaded."""
+        names = {key.model_name for key in snapshot.engines}
+        served = next(iter(names)) if len(names) == 1 else None
+        facts = self._facts()
+        if facts is not None:
+            if self._log_start is None:
+                self._log_start = self._first_log_start = facts.startups
+            elif restarted:
+                self._log_behind = True
+            if self._log_behind and facts.startups > self._log_start:
+                self._log_start, self._log_behind = facts.startups, False
+            first = self.history.restarts == 0 and facts.startups == self._first_log_start
+            if self._log_names is None and first and served and facts.served_model_name:
+                # What the log and the page call the first model (a name the log shows in
+                # another form, or a log of a server named otherwise, stays as it was read).
+                self._log_names = (facts.served_model_name, served)
+        log_model = None if self._log_behind else self._log_model()
+        checkpoint = None
+        if log_model is not None and told_apart(log_model, Model(served)) is None:
+            checkpoint = log_model.checkpoint
+        self.model = Model(served, checkpoint)
+        owner = self._static_owner
+        if owner is None:
+            self._static_owner, self._owned_at_restarts = self.model, self.history.restarts
+        elif (
+            owner.checkpoint is None
+            and checkpoint is not None
+            and owner.served == served
+            and self.history.restarts == self._owned_at_restarts
+        ):  # the log named the first process's checkpoint after its first page
+            self._static_owner = replace(owner, checkpoint=checkpoint)
+
+    def _weights_of(
+        self, model: Model | None, log_behind: bool
+    ) -> tuple[Weights | None, dict[str, str]]:
+        """The weights of `model` (None: not known yet, every source counts): from the
+        sources of that model only. With none, what shows that a source's weights are of
+        another model, by the input that shows it (`weights_of_another_model`)."""
+        facts = self._facts()
+        static = self.config.weights_bytes is not None or self.checkpoint is not None
+        static_ok = log_ok = True
+        refused: dict[str, str] = {}
+        owner = self._static_owner
+        if model is not None and static and owner is not None:
+            named = "--weights-bytes" if self.config.weights_bytes is not None else "--model-dir"
+            if by := told_apart(owner, model):
+                static_ok = False
+                refused[by] = f"{named} is of {owner}; vLLM serves {model}"
+            elif log_behind and owner.checkpoint is not None:
+                static_ok = False
+                refused["log"] = (
+                    f"{named} is of {owner}; vLLM restarted and its log shows no start "
+                    "since: which checkpoint it loaded is not known"
+                )
+        log_model = self._log_model()
+        logged = facts is not None and bool(facts.weights_by_rank)
+        if model is not None and facts is not None and log_model is not None:
+            if log_behind:
+                log_ok = False
+                if logged:
+                    refused.setdefault(
+                        "log",
+                        "vLLM restarted and its log shows no start since: the logged "
+                        f"weights are of the previous process ({log_model})",
+                    )
+            elif by := told_apart(log_model, model):
+                log_ok = False
+                if logged:
+                    refused.setdefault(
+                        by, f"the log's weights are of {log_model}; vLLM serves {model}"
+                    )
+        checkpoint = None
+        if self.checkpoint is not None and static_ok:
+            checkpoint = checkpoint_weights(self.checkpoint, facts)
+        flag = self.config.weights_bytes if static_ok else None
+        weights = resolve_weights(flag, facts if log_ok else None, checkpoint, self.layout())
+        return weights, ({} if weights is not None else refused)
 
     def poll_once(self) -> bool:
         started = self.clock()
@@ -200,6 +307,8 @@ class Poller:
                 self.log_follower.poll()
             except OSError as e:
                 log.warning("cannot read vLLM log path=%s err=%s", self.config.vllm_log, e)
+        if snapshot is not None:
+            self._follow_model(snapshot, restarted)
         pools = self._kv_pools(snapshot) if snapshot is not None else {}
         if snapshot is not None:
             self.used_tokens.add(received, used_tokens(pools))
@@ -298,6 +407,7 @@ class Poller:
         pools: Mapping[EngineKey, KvPool] | None = None,
     ) -> None:
         facts = self._facts()
+        weights, other_model = self._weights_of(self.model, self._log_behind)
         state = PollState(
             up=up,
             window_seconds=self.config.window_seconds,
@@ -307,7 +417,11 @@ class Poller:
             last_success_unix=self.last_success_unix,
             snapshot=snapshot,
             increases=self.history.increases() if up else {},
-            weights=self.weights(),
+            weights=weights,
+            weights_model=self.model.served if self.model else None,
+            weights_of_another_model=other_model,
+            # The latest start's load rate: the weights of the model that start loaded.
+            start_weights=self._weights_of(self._log_model(), False)[0],
             peak_bandwidth=self.config.peak_bandwidth,
             kv_cache_memory_bytes=derive.kv_cache_memory_bytes(
                 first_cache(snapshot), facts.kv_cache_memory_bytes if facts else None

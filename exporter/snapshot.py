@@ -280,21 +280,23 @@ def _check_engines_agree(snapshot: Snapshot) -> None:
     only engine holding the summed `num_gpu_blocks`) and 0.85 tokens per forward pass
     (the engines summed, one of them without its TTFT count).
     """
-    keys = list(snapshot.engines)
-    engine_labels = {k.engine for k in keys}
-    keys += [EngineKey("", e) for e in sorted(snapshot.cache) if e not in engine_labels]
-    if len(keys) < 2:
-        return
-    have = {key: families_of(snapshot, key) for key in keys}
-    every = frozenset().union(*have.values())
-    for key in keys:
-        missing = every - have[key]
-        if missing:
-            raise ScrapeError(
-                "truncated",
-                f"engine {key.engine!r} lacks {_some(missing)} that another engine has "
-                "(a page cut between the engines' lines?)",
-            )
+    engine_labels = {k.engine for k in snapshot.engines}
+    unplaced = [EngineKey("", e) for e in sorted(snapshot.cache) if e not in engine_labels]
+    models = sorted({k.model_name for k in snapshot.engines}) or [""]
+    for model in models:  # the engines of one model (a page made of several is compared apart)
+        keys = [k for k in snapshot.engines if k.model_name == model] + unplaced
+        if len(keys) < 2:
+            continue
+        have = {key: families_of(snapshot, key) for key in keys}
+        every = frozenset().union(*have.values())
+        for key in keys:
+            missing = every - have[key]
+            if missing:
+                raise ScrapeError(
+                    "truncated",
+                    f"engine {key.engine!r} lacks {_some(missing)} that another engine has "
+                    "(a page cut between the engines' lines?)",
+                )
 
 
 def lost_since(before: Snapshot, after: Snapshot) -> str | None:

@@ -66,6 +66,9 @@ _LAYOUT = {
     for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 }
 _DTYPE = re.compile(r"(?<![\w.])dtype=torch\.(\w{1,32})")
+# The checkpoint a start loads and the name it serves it as (the page's model_name).
+_CONFIG_MODEL = re.compile(r"with config: model='(?P<model>[^']{1,1024})'")
+_CONFIG_SERVED = re.compile(r"\bserved_model_name=(?P<name>[^,\s]{1,1024})")
 _LOAD_TIME = re.compile(rf"Loading weights took (?P<sec>{_NUMBER}) seconds")
 # "vLLM API server version X" (older); the banner's "█  version X" (0.30+), or
 # "vLLM server version X, serving model M" when the banner is off (VLLM_DISABLE_LOG_LOGO).
@@ -198,6 +201,10 @@ class StartupFacts:
     pipeline_parallel: int | None = None
     data_parallel: int | None = None
     model_dtype: str | None = None  # "bfloat16", "float32", ...
+    # Which model this start loaded (the engine-config line): the checkpoint (`model=`)
+    # and the name it serves it as (`served_model_name=`, the page's model_name label).
+    model: str | None = None
+    served_model_name: str | None = None
     # What the process prefixes show: the engines, and how many tensor- and
     # pipeline-parallel ranks (a lower bound where no engine-config line says).
     engines_seen: frozenset[str] = frozenset()
@@ -296,6 +303,8 @@ class StartupFacts:
             pipeline_parallel=self.pipeline_parallel,
             data_parallel=self.data_parallel,
             model_dtype=self.model_dtype,
+            model=self.model,
+            served_model_name=self.served_model_name,
             vllm_version=self.vllm_version,
             engines_seen=self.engines_seen,
             tensor_ranks_seen=self.tensor_ranks_seen,
@@ -378,8 +387,12 @@ class StartupFacts:
 def _with_engine_config(facts: StartupFacts, line: str) -> StartupFacts:
     sizes = {name: int(m.group(1)) for name, p in _LAYOUT.items() if (m := p.search(line))}
     dtype = _DTYPE.search(line)
+    model = _CONFIG_MODEL.search(line)
+    served = _CONFIG_SERVED.search(line)
     return replace(
         facts,
+        model=model["model"] if model else facts.model,
+        served_model_name=_served_name(served["name"]) if served else facts.served_model_name,
         tensor_parallel=sizes.get("tensor_parallel_size", facts.tensor_parallel),
         pipeline_parallel=sizes.get("pipeline_parallel_size", facts.pipeline_parallel),
         data_parallel=sizes.get("data_parallel_size", facts.data_parallel),

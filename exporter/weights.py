@@ -413,6 +413,40 @@ def resolve_weights(
     return Weights(total, source, active)
 
 
+# --- whose weights ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Model:
+    """Which model some weights are of, or an engine serves, as far as glassbox can tell:
+    the name vLLM serves it as (the page's `model_name` label) and the checkpoint the
+    start loaded (`model='…'` of the log's engine-config line). None: not known."""
+
+    served: str | None = None
+    checkpoint: str | None = None
+
+    def __str__(self) -> str:
+        served = self.served if self.served is not None else "?"
+        return f"model_name={served}" + (
+            f" checkpoint={self.checkpoint}" if self.checkpoint else ""
+        )
+
+
+def told_apart(owner: Model, serving: Model) -> str | None:
+    """What shows that weights of `owner` are not those of the model `serving`: "page"
+    (another model_name label), "log" (a start of another checkpoint); None when nothing
+    known tells them apart."""
+    if owner.served is not None and serving.served is not None and owner.served != serving.served:
+        return "page"
+    if (
+        owner.checkpoint is not None
+        and serving.checkpoint is not None
+        and owner.checkpoint != serving.checkpoint
+    ):
+        return "log"
+    return None
+
+
 # --- GPUs ------------------------------------------------------------------------------
 
 #: Peak memory bandwidth, bytes/s, from vendor datasheets.
