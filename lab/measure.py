@@ -195,11 +195,14 @@ class Sampler:
         period: float,
         on_sample: Callable[[float, Snapshot, float, float], None],
         on_missed: Callable[[float, str], None] = lambda t, error: None,
+        deadline: float | None = None,
     ) -> None:
         self.url = client.url
         self.token_file = client.api_key.file if client.api_key else None
         self.period = period
-        self.deadline = max(2.0 * period, 2.0)  # a poll may be late; past this it failed
+        # A poll may be late (a saturated API server stalls for seconds: a late page is
+        # still a page); past this it failed.
+        self.deadline = deadline if deadline is not None else max(2.0 * period, 10.0)
         self.on_sample = on_sample
         self.on_missed = on_missed
         self.errors = 0

@@ -799,6 +799,7 @@ def test_a_poll_that_fails_or_hangs_is_recorded_and_the_next_follows() -> None:
             0.5,
             lambda t, snap, latency, delay: seen.append(t),
             on_missed=lambda t, error: missed.append((t, error)),
+            deadline=2.0,  # the default waits 10 s for a stalled server
         ) as sampler:
             while polls[0] < 6:
                 time.sleep(0.05)
