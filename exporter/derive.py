@@ -141,7 +141,10 @@ def snapshot_increases(
 
 
 def decode_tokens(d: Increase) -> float:
-    """Generated tokens minus each request's first token (which prefill produced)."""
+    """Generated tokens minus each request's first token (which prefill produced);
+    unknown (NaN) when the page shows either not at all: 0 would read as no decode."""
+    if not (d.has(s.GENERATION_TOKENS) and d.has(s.TTFT_COUNT)):
+        return math.nan
     return d[s.GENERATION_TOKENS] - d[s.TTFT_COUNT]
 
 
