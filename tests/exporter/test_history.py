@@ -241,8 +241,8 @@ def _engine_snapshot(counters: dict[str, float]) -> Snapshot:
 
 
 def test_a_counter_created_since_the_last_poll_gives_no_ratio_for_that_window() -> None:
-    before = {s.ITL_COUNT: 100.0, s.GENERATION_TOKENS: 100.0}
-    after = {s.ITL_COUNT: 120.0, s.GENERATION_TOKENS: 120.0, s.SPEC_DRAFTS: 10.0}
+    before = {s.ITL_COUNT: 100.0, s.GENERATION_TOKENS: 101.0, s.TTFT_COUNT: 1.0}
+    after = {s.ITL_COUNT: 120.0, s.GENERATION_TOKENS: 121.0, s.TTFT_COUNT: 1.0, s.SPEC_DRAFTS: 10.0}
     history = History(60.0, 10)
     history.add(_engine_snapshot(before), 0.0)
     history.add(_engine_snapshot(after), 5.0)
