@@ -2,7 +2,7 @@
 exporter and the lab: tensor- and pipeline-parallel sizes from the flags, else from vLLM's
 engine-config log line, else the ranks its workers' log prefixes name, else 1;
 data-parallel from the number of engines on vLLM's page, else that line, else the
-engines its log prefixes name, else 1.
+engines its log prefixes name (engine n: at least n + 1), else 1.
 """
 
 from __future__ import annotations
@@ -38,5 +38,9 @@ def resolve_layout(
         pipeline=pipeline_flag or logged.pipeline_parallel or logged.pipeline_ranks_seen or 1,
         # The page's engines first: for a dense model vLLM runs data-parallel engines
         # independently, and each one's engine-config line says data_parallel_size=1.
-        data=engines or logged.data_parallel or len(logged.engines_seen) or 1,
+        # EngineCore_DP1 alone in a log still means two engines (data_ranks_seen).
+        data=engines
+        or logged.data_parallel
+        or max(len(logged.engines_seen), logged.data_ranks_seen)
+        or 1,
     )

@@ -121,7 +121,8 @@ VLLM_INFO = gauge("glassbox_vllm_info", "vLLM's version (from /version).", ("ver
 INPUT_UNRECOGNISED = gauge(
     "glassbox_input_unrecognised",
     "1 for each shape of vLLM's log or page that glassbox does not read or cannot place "
-    "(source: log or page; shape: unknown_process_prefix, ray_deduplicated_lines, "
+    "(source: log or page; shape: unknown_process_prefix, json_record_without_process, "
+    "ray_deduplicated_lines, "
     "unplaced_engine, experts_across_engines, v0_engine_steps, v0_spec_counters, "
     "hybrid_kv_groups, weights_of_another_model): the series it would feed are absent, "
     "not guessed.",

