@@ -361,6 +361,27 @@ def kv_cache_memory_bytes(cache: s.CacheConfig | None, logged_bytes: float | Non
     return None
 
 
+def engine_sleeping(awake: float | None) -> bool | None:
+    """Whether vLLM's sleep mode put the engine to sleep: `engine_sleep_state{sleep_state=
+    "awake"}` is 0 (vLLM 0.11.1+); None on a page without the family (older vLLM).
+
+    Every way to sleep discards the KV pool: `/sleep?level=1` (weights offloaded to the
+    CPU), `level=2` (weights discarded too), `/release_kv_cache_memory` (the pool alone);
+    a `/wake_up` of some tags only (the weights) leaves vLLM's gauge at 0, and the pool
+    still gone."""
+    if awake is None:
+        return None
+    return awake < 0.5
+
+
+def kv_cache_held_tokens(capacity_tokens: int | None, sleeping: bool | None) -> int | None:
+    """Tokens the KV pool of an engine holds now: its capacity, 0 while it sleeps (the pool
+    discarded, whatever `cache_config_info` still says the pool is when awake). 0, not
+    absent, so that every sum of pools (a fleet's capacity, its usage) leaves the sleeping
+    engines out without a filter; the free tokens of a pool of 0 are absent."""
+    return 0 if sleeping else capacity_tokens
+
+
 def kv_cache_used_tokens(usage: float | None, capacity_tokens: int | None) -> float | None:
     if usage is None or capacity_tokens is None:
         return None
@@ -368,8 +389,9 @@ def kv_cache_used_tokens(usage: float | None, capacity_tokens: int | None) -> fl
 
 
 def kv_cache_free_tokens(used_tokens: float | None, capacity_tokens: int | None) -> float | None:
-    """Tokens of the pool no running request holds: capacity − used."""
-    if used_tokens is None or capacity_tokens is None:
+    """Tokens of the pool no running request holds: capacity − used; absent where there is
+    no pool (a capacity of 0: an engine asleep), which has no room rather than a full one."""
+    if used_tokens is None or capacity_tokens is None or capacity_tokens <= 0:
         return None
     return max(capacity_tokens - used_tokens, 0.0)
 

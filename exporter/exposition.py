@@ -130,17 +130,20 @@ def derived_families(state: PollState) -> list[Metric]:
 
     pool = (series.KV_BLOCKS, series.KV_BLOCK_SIZE, series.KV_CAPACITY, series.KV_USED)
     blocks, block_size, capacity, used = (family.new() for family in pool)
+    sleeping = series.SLEEPING.new()
     for key in state.snapshot.engines:
+        labels = _engine_labels(key)
+        kv = state.kv_pools.get(key, _UNKNOWN_POOL)
+        if kv.sleeping is not None:
+            sleeping.add_metric(labels, 1.0 if kv.sleeping else 0.0)
         cache = state.snapshot.cache_for(key)
         if cache is None:
             continue
-        labels = _engine_labels(key)
-        kv = state.kv_pools.get(key, _UNKNOWN_POOL)
         _add(blocks, labels, kv_cache_blocks(cache))
         _add(block_size, labels, cache.block_size)
         _add(capacity, labels, kv.capacity_tokens)
         _add(used, labels, kv.used_tokens)
-    return [*families, blocks, block_size, capacity, used]
+    return [*families, blocks, block_size, capacity, used, sleeping]
 
 
 def static_families(state: PollState) -> list[Metric]:

@@ -12,28 +12,38 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vllm_glassbox.exporter.derive import kv_cache_capacity_tokens, kv_cache_used_tokens
-from vllm_glassbox.exporter.snapshot import KV_USAGE, EngineKey, Snapshot
+from vllm_glassbox.exporter.derive import (
+    engine_sleeping,
+    kv_cache_capacity_tokens,
+    kv_cache_held_tokens,
+    kv_cache_used_tokens,
+)
+from vllm_glassbox.exporter.snapshot import AWAKE, KV_USAGE, EngineKey, Snapshot
 
 
 @dataclass(frozen=True)
 class KvPool:
-    """One engine's KV pool as of one poll; None where it is not known."""
+    """One engine's KV pool as of one poll; None where it is not known. A sleeping engine's
+    pool is discarded: capacity and used tokens 0 (`derive.kv_cache_held_tokens`)."""
 
     capacity_tokens: int | None
     used_tokens: float | None
+    sleeping: bool | None = None  # None: the page does not say (vLLM before 0.11.1)
 
 
 def kv_pools(
     snapshot: Snapshot, logged_tokens: int | None = None, hybrid: bool = False
 ) -> dict[EngineKey, KvPool]:
     """Every engine's pool as of one poll, by the core's one rule: the page, else the
-    log's `logged_tokens` (`hybrid`: the log says the pool is shared by layer groups)."""
+    log's `logged_tokens` (`hybrid`: the log says the pool is shared by layer groups); none
+    while the engine sleeps."""
     pools: dict[EngineKey, KvPool] = {}
     for key, sample in snapshot.engines.items():
-        capacity = kv_cache_capacity_tokens(snapshot.cache_for(key), logged_tokens, hybrid)
+        sleeping = engine_sleeping(sample.gauges.get(AWAKE))
+        configured = kv_cache_capacity_tokens(snapshot.cache_for(key), logged_tokens, hybrid)
+        capacity = kv_cache_held_tokens(configured, sleeping)
         used = kv_cache_used_tokens(sample.gauges.get(KV_USAGE), capacity)
-        pools[key] = KvPool(capacity, used)
+        pools[key] = KvPool(capacity, used, sleeping)
     return pools
 
 

@@ -281,7 +281,8 @@ KV_BLOCK_SIZE = gauge("glassbox_kv_cache_block_size_tokens", "Tokens per KV cach
 KV_CAPACITY = gauge(
     "glassbox_kv_cache_capacity_tokens",
     "Tokens the KV pool of this engine holds (kv_cache_size_tokens, "
-    "else blocks × block_size, else vLLM's startup log).",
+    "else blocks × block_size, else vLLM's startup log); 0 while the engine sleeps "
+    "(vLLM's sleep mode discards the pool).",
     ENGINE,
 )
 KV_USED = gauge(
@@ -289,9 +290,17 @@ KV_USED = gauge(
     "Tokens held by running requests: kv_cache_usage_perc × capacity.",
     ENGINE,
 )
+SLEEPING = gauge(
+    "glassbox_engine_sleeping",
+    "1 while vLLM's sleep mode has put this engine to sleep (vllm:engine_sleep_state "
+    "awake 0, vLLM 0.11.1+; its KV pool discarded: capacity 0, no free tokens, headroom "
+    "or exhaustion forecast), 0 while it is awake; absent where vLLM does not say.",
+    ENGINE,
+)
 KV_FREE = gauge(
     "glassbox_kv_cache_free_tokens",
-    "Tokens of the KV pool no running request holds: capacity − used.",
+    "Tokens of the KV pool no running request holds: capacity − used; absent while the "
+    "engine sleeps (no pool).",
     ENGINE,
 )
 KV_HEADROOM = gauge(
@@ -373,6 +382,7 @@ ALL: tuple[Family, ...] = (
     KV_BLOCK_SIZE,
     KV_CAPACITY,
     KV_USED,
+    SLEEPING,
     STARTUP_STAGE,
     STARTUP,
     MODEL_LOAD_RATE,

@@ -42,6 +42,9 @@ SUMS = frozenset({TTFT_SUM, ITL_SUM, PREFILL_SUM})
 RUNNING = "running"
 WAITING = "waiting"
 KV_USAGE = "kv_cache_usage"
+#: vLLM 0.11.1+: `engine_sleep_state{sleep_state="awake"}`, 1 while the engine is awake, 0
+#: while it sleeps (sleep mode, levels 0–2: its KV pool discarded). Absent on older pages.
+AWAKE = "awake"
 
 # Exposed counter sample name -> canonical name. Where vLLM has two names for the same
 # observations, the first present wins (ITL: current name, then the one v0.11 still shows).
@@ -74,6 +77,9 @@ _GAUGES: dict[str, tuple[str, ...]] = {
     KV_USAGE: ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
 }
 _CACHE_CONFIG = "vllm:cache_config_info"
+# One series per engine and `sleep_state` (awake, weights_offloaded, discard_all), 0 or 1
+# (vllm/v1/metrics/loggers.py `record_sleep_state`); glassbox reads the awake one.
+_SLEEP_STATE = "vllm:engine_sleep_state"
 _PROCESS_START = "process_start_time_seconds"
 # Numbers in cache_config_info for hybrid (attention + mamba) models only (0.11+; other
 # models show "None", or "False" on some builds).
@@ -83,7 +89,7 @@ _V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
 
 WANTED_SAMPLES: frozenset[str] = frozenset(
     [n for names in (*_COUNTERS.values(), *_GAUGES.values()) for n in names]
-    + [_ACCEPTED_PER_POS, _CACHE_CONFIG, _PROCESS_START, *_V0_ONLY]
+    + [_ACCEPTED_PER_POS, _CACHE_CONFIG, _SLEEP_STATE, _PROCESS_START, *_V0_ONLY]
 )
 
 #: vLLM's page with only the samples read here. vLLM answers /metrics itself (through
@@ -238,6 +244,9 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
         series = _first_present(samples, names)
         if series is not None:
             add(gauges, canonical, series, "max")
+    for labels, value in samples.get(_SLEEP_STATE, {}).items():
+        if dict(labels).get("sleep_state") == "awake":
+            add(gauges, AWAKE, {_strip(labels, "sleep_state"): value}, "max")
 
     keys = set(counters) | set(gauges)
     if not keys:

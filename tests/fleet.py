@@ -200,10 +200,16 @@ class Fleet:
             if pod.under_pressure
             else 0.2 + 0.15 * pod.load * (1 + math.sin(elapsed / 60 + pod.index)),
         }
+        # vLLM 0.20+ splits the queue by reason (the sum is num_requests_waiting): the
+        # pressured pods' requests wait for capacity, none is deferred.
+        by_reason = {"capacity": gauges["vllm:num_requests_waiting"], "deferred": 0.0}
         preemptions = 0.2 if pod.under_pressure else 0.0
         values = []
-        for name, start, rate in zip(t.names, t.start, t.per_second, strict=True):
-            if name in gauges:
+        for piece, name, start, rate in zip(t.pieces, t.names, t.start, t.per_second, strict=False):
+            if name == "vllm:num_requests_waiting_by_reason":
+                reason = piece.rsplit('reason="', 1)[1].split('"', 1)[0]
+                values.append(by_reason[reason])
+            elif name in gauges:
                 values.append(gauges[name])
             elif name == "vllm:num_preemptions_total":
                 values.append(start + preemptions * elapsed)

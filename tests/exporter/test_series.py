@@ -53,7 +53,7 @@ def everything_known() -> PollState:
         engine_init_seconds=10.0,
     )
     snapshot = Snapshot(
-        engines={key: EngineSample(counters, {s.KV_USAGE: 0.5, s.RUNNING: 2.0})},
+        engines={key: EngineSample(counters, {s.KV_USAGE: 0.5, s.RUNNING: 2.0, s.AWAKE: 1.0})},
         cache={"0": CacheConfig(16, 8, 1, None, None, None)},
     )
     return PollState(

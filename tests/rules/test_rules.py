@@ -296,11 +296,39 @@ def test_vllm_name_list_knows_the_renames_the_rules_depend_on() -> None:
         assert gone not in sample_names_shown_in(first_gone)
 
 
+#: vLLM series of some releases only that the rules read, each with the series of every
+#: release it falls back to (`X or on (…engine) fallback`), and the first release showing it.
+WITH_FALLBACK = {"vllm:num_requests_waiting_by_reason": ("vllm:num_requests_waiting", (0, 20, 0))}
+
+
 def test_vllm_series_named_by_the_rules_are_shown_by_every_supported_vllm() -> None:
     named = {n for _, expr in rule_expressions() for n in selector_names(expr)}
-    vllm = {n for n in named if n.startswith("vllm:")}
+    vllm = {n for n in named if n.startswith("vllm:")} - set(WITH_FALLBACK)
     assert vllm, "the rules name no vLLM series?"
     assert vllm <= IN_EVERY_SUPPORTED_VERSION, sorted(vllm - IN_EVERY_SUPPORTED_VERSION)
+
+
+@pytest.mark.parametrize("newer", sorted(WITH_FALLBACK))
+def test_a_vllm_series_of_newer_releases_is_read_with_a_fallback_on_every_engine(
+    newer: str,
+) -> None:
+    fallback, first = WITH_FALLBACK[newer]
+    assert newer not in sample_names_shown_in((first[0], first[1] - 1, 0))
+    assert newer in sample_names_shown_in(first) and fallback in IN_EVERY_SUPPORTED_VERSION
+    using = [(name, expr) for name, expr in rule_expressions() if newer in selector_names(expr)]
+    assert using
+    for name, expr in using:
+        flat = " ".join(expr.split())
+        # Each use is followed by the fallback for the engines that do not show it.
+        uses = flat.count(newer)
+        fallbacks = flat.count(f"or on (namespace, job, instance, model_name, engine) {fallback}")
+        fallbacks += flat.count(
+            f"or on (namespace, job, instance, model_name, engine) max_over_time({fallback}["
+        )
+        fallbacks += flat.count(
+            f"or on (namespace, job, instance, model_name, engine) deriv({fallback}["
+        )
+        assert fallbacks == uses, name
 
 
 def test_glassbox_series_named_by_the_rules_are_emitted_by_the_exporter(
