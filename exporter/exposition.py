@@ -266,6 +266,14 @@ def unrecognised_inputs(state: PollState) -> dict[tuple[str, str], str]:
     if state.up and state.snapshot is not None:
         shapes |= {("page", shape): shown for shape, shown in state.snapshot.unrecognised.items()}
         shapes |= {("page", shape): shown for shape, shown in state.target_shapes.items()}
+        if state.snapshot.engines and not state.snapshot.cache and not state.kv_cache_logged_tokens:
+            # vLLM's Rust front end (VLLM_USE_RUST_FRONTEND=1, opt-in in 0.33) serves no
+            # cache_config_info (nor process_*): the pool's size is nowhere to be read.
+            shapes[("page", "no_cache_config_info")] = (
+                "a vLLM page without vllm:cache_config_info, and no KV size in the log "
+                "(the Rust front end, VLLM_USE_RUST_FRONTEND=1?): engines "
+                + ", ".join(sorted({key.engine for key in state.snapshot.engines}))
+            )
         hybrid = [
             key.engine
             for key in state.snapshot.engines

@@ -124,7 +124,8 @@ INPUT_UNRECOGNISED = gauge(
     "(source: log or page; shape: unknown_process_prefix, json_record_without_process, "
     "ray_deduplicated_lines, "
     "unplaced_engine, experts_across_engines, v0_engine_steps, v0_spec_counters, "
-    "hybrid_kv_groups, weights_of_another_model): the series it would feed are absent, "
+    "hybrid_kv_groups, no_cache_config_info, several_servers_behind_the_target, "
+    "weights_of_another_model): the series it would feed are absent, "
     "not guessed.",
     ("source", "shape"),
 )

@@ -145,3 +145,17 @@ def test_a_timeout_is_no_restart_without_a_process_start_time() -> None:
     poller = _polled([multiprocess(names[0]), slow, multiprocess(names[1])])
     assert _published(poller, "glassbox_target_restarts_total") == 0
     assert _published(poller, "glassbox_engine_steps_per_second") is not None
+
+
+def test_a_page_without_cache_config_info_is_flagged_and_gives_no_pool() -> None:
+    # vLLM 0.33's Rust front end serves neither cache_config_info nor process_* (written
+    # from the captured 0.32 page, those families removed: no capture of it exists here).
+    text = re.sub(
+        r"^(# (HELP|TYPE) )?vllm:cache_config_info.*\n", "", multiprocess(PLAIN), flags=re.M
+    )
+    assert "cache_config_info" not in text
+    poller = _polled([text, text])
+    assert "no_cache_config_info" in _flags(poller)
+    assert _published(poller, "glassbox_kv_cache_capacity_tokens") is None
+    assert _published(poller, "glassbox_kv_cache_free_tokens") is None
+    assert "no_cache_config_info" not in _flags(_polled([page(PLAIN)]))
