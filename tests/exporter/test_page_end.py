@@ -28,6 +28,7 @@ from vllm_glassbox.exporter.fetch import Fetcher
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 from vllm_glassbox.exporter.snapshot import WANTED_SAMPLES, read_snapshot
 
+from tests.exporter.test_exposition_golden import Clock
 from tests.fixtures import page
 from tests.misbehaving import Behaviour, Misbehaving
 
@@ -272,14 +273,6 @@ class OnePage(Fetcher):
 
     def close(self) -> None:
         pass
-
-
-@dataclass
-class Clock:
-    now: float = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 Published = dict[tuple[str, tuple[tuple[str, str], ...]], float]
