@@ -11,6 +11,7 @@ from pathlib import Path
 from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.lab.experiments.kv_pressure import (
     KvPressureResult,
+    TimelinePoint,
     act_names,
     missing_acts,
     name_acts,
@@ -126,6 +127,21 @@ def test_acts_without_preemptions_and_without_pressure() -> None:
     assert [(a.name, a.polls) for a in name_acts(roomy, 0.95)] == [("pool never full", 2)]
 
 
+def _flood_polled_every_2s(timeline: list[TimelinePoint], late_polls: int = 0) -> KvPressureResult:
+    """Twelve requests on a 4,096-token pool, every one completed, polled every 2 s."""
+    return KvPressureResult(
+        startup=startup(0.05, 4096),
+        requests=12,
+        completed=12,
+        failed=0,
+        flood_seconds=timeline[-1].t,
+        timeline=tuple(timeline),
+        poll_seconds=2.0,
+        late_polls=late_polls,
+        pressure=pressure_summary(timeline, 0.95),
+    )
+
+
 def test_a_hole_in_the_timeline_is_called_out_with_its_cause(tmp_path: Path) -> None:
     # Polled every 2 s; the page at 11 s closes a 7 s gap: its poll was sent 2.4 s after
     # its tick and vLLM took 4.6 s to answer it.
@@ -136,17 +152,7 @@ def test_a_hole_in_the_timeline_is_called_out_with_its_cause(tmp_path: Path) -> 
         replace(point_at(11, 8, 4, 1.0, 0), latency_seconds=4.6, delay_seconds=2.4),
         point_at(13, 0, 0, 0.0, 0),
     ]
-    flood = KvPressureResult(
-        startup=startup(0.05, 4096),
-        requests=12,
-        completed=12,
-        failed=0,
-        flood_seconds=13.0,
-        timeline=tuple(timeline),
-        poll_seconds=2.0,
-        late_polls=1,
-        pressure=pressure_summary(timeline, 0.95),
-    )
+    flood = _flood_polled_every_2s(timeline, late_polls=1)
     assert (flood.pressure.max_gap_seconds, flood.pressure.max_gap_ended_at) == (7, 11)
     write_outputs(results_with(flood), tmp_path)
     report = (tmp_path / "report.md").read_text()
@@ -169,16 +175,7 @@ def test_an_act_seen_in_fewer_than_three_polls_is_called_out(tmp_path: Path) -> 
         point_at(10, 6, 0, 0.58, 6),
         point_at(12, 2, 0, 0.26, 6),
     ]
-    flood = KvPressureResult(
-        startup=startup(0.05, 4096),
-        requests=12,
-        completed=12,
-        failed=0,
-        flood_seconds=12.0,
-        timeline=tuple(timeline),
-        poll_seconds=2.0,
-        pressure=pressure_summary(timeline, 0.95),
-    )
+    flood = _flood_polled_every_2s(timeline)
     write_outputs(results_with(flood), tmp_path)
     report = (tmp_path / "report.md").read_text()
     assert (
