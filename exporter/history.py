@@ -149,9 +149,6 @@ class History:
             )
         return out
 
-    def clear(self) -> None:
-        self._entries.clear()
-
     def forget(self) -> None:
         """Every poll and the process they came from: the next poll starts afresh."""
         self._entries.clear()

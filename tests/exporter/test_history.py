@@ -195,7 +195,7 @@ def test_history_keeps_at_most_max_entries_polls() -> None:
         history.add(pages[min(i, 2)], float(i))
     d = history.increases()[TINY]
     assert d.seconds == 3.0  # the oldest of the 4 polls kept, not 10 s back
-    history.clear()
+    history.forget()
     assert history.increases() == {}
 
 
