@@ -813,3 +813,19 @@ def test_ep_workers_of_one_engine_hold_the_whole_model_between_them() -> None:
 def test_an_engine_index_alone_means_at_least_that_many_engines(head: str, engines: int) -> None:
     facts = read_facts(head + "INFO 04-17 23:05:00 [core.py:61] Waiting for init message")
     assert resolve_layout(facts).data == engines
+
+
+def test_v0_33_tensor_parallel_start_with_the_v2_model_runner_on_every_rank() -> None:
+    # vLLM 0.33's V2 model runner (CUDA's default) logs "Model loading took" from
+    # v1/worker/gpu/model_runner.py on every tensor-parallel rank: each holds its shard.
+    text = log("v0.33.0-tp2.log")
+    facts = read_facts(text)
+    assert (facts.vllm_version, facts.tensor_parallel, facts.tensor_ranks_seen) == ("0.33.0", 2, 2)
+    assert whole_model(facts) == pytest.approx(2 * 7.13 * GIB)
+    assert facts.kv_cache_tokens == 4_344_768
+    stages = derive.startup_stages(read_cold_starts(text)[0])
+    # The slower rank's load; vLLM's own compile total; init less that compile; 09:10:02
+    # (the first line) to 09:11:23 (serving).
+    assert (stages.weights_load, stages.compile) == (3.590871, 24.31)
+    assert stages.engine_init == pytest.approx(42.77 - 24.31)
+    assert stages.total == 81.0
