@@ -111,6 +111,8 @@ KV_HEADROOM = exporter("glassbox_kv_cache_headroom_requests")
 KV_HEADROOM_FLEET = rule("namespace_job_model_name:glassbox_kv_cache_headroom_requests:sum")
 KV_FREE_TOKENS_FLEET = rule("namespace_job_model_name:glassbox_kv_cache_free_tokens:sum")
 KV_EXHAUSTION = exporter("glassbox_kv_cache_exhaustion_seconds")
+KV_HEADROOM_AT_COMPLETION = exporter("glassbox_kv_cache_headroom_requests_at_completion")
+REQUEST_SIZE_AT_COMPLETION = exporter("glassbox_request_size_at_completion_tokens")
 KV_EXHAUSTION_FLEET = rule("namespace_job_model_name:glassbox_kv_cache_exhaustion_seconds:min")
 # Summed per namespace and model over vLLM's and the exporter's jobs: no job selector.
 KV_REPLICAS_NEEDED = (
@@ -212,6 +214,7 @@ WAITING_BY_MODEL = f"sum by (model_name) ({WAITING_FLEET})"
 GLASSBOX_ALERTS = (
     "VLLMPreemptionStorm",
     "VLLMKVCacheSaturated",
+    "VLLMKVCacheExhaustionForecast",
     "VLLMRequestQueueGrowing",
     "VLLMSpecDecodeAcceptanceLow",
     "VLLMSpecDecodeBypassed",

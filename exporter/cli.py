@@ -74,6 +74,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="window of every windowed series (default %(default)s)",
     )
     p.add_argument(
+        "--forecast-window",
+        default=None,
+        metavar="DUR",
+        help="how far back the KV pool's growth is measured for its exhaustion forecast "
+        "(default: --window)",
+    )
+    p.add_argument(
         "--timeout",
         default="10s",
         metavar="DUR",
@@ -196,6 +203,11 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     address = check("--listen", parse_host_port, args.listen)
     interval = check("--interval", parse_duration, args.interval)
     window = check("--window", parse_duration, args.window)
+    forecast_window = (
+        check("--forecast-window", parse_duration, args.forecast_window)
+        if args.forecast_window is not None
+        else None
+    )
     timeout = check("--timeout", parse_duration, args.timeout)
     max_bytes = check("--max-bytes", parse_positive_number, args.max_bytes)
     weights = (
@@ -211,6 +223,11 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     if interval and window and window < 2 * interval:
         problems.append(
             f"--window: {args.window} must span at least two polls (--interval {args.interval})"
+        )
+    if interval and forecast_window and forecast_window < 2 * interval:
+        problems.append(
+            f"--forecast-window: {args.forecast_window} must span at least two polls "
+            f"(--interval {args.interval})"
         )
     if args.vllm_log:
         # The file itself may appear later (the exporter can start before vLLM).
@@ -241,6 +258,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         listen_port=port,
         interval_seconds=interval,
         window_seconds=window,
+        forecast_window_seconds=forecast_window,
         timeout_seconds=timeout,
         max_bytes=int(max_bytes),
         weights_bytes=weights,

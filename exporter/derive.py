@@ -414,6 +414,37 @@ def kv_cache_headroom_requests(
     return float(math.floor(free / mean))
 
 
+def request_tokens_at_completion(d: Increase) -> float | None:
+    """The KV tokens a request holds when it finishes, as the requests that finished over
+    the span held them: mean prompt + mean output (vLLM's request-size histograms, observed
+    at completion). Absent until a request finished in the span."""
+    prompt = ratio(d[s.REQUEST_PROMPT_SUM], d[s.REQUEST_PROMPT_COUNT])
+    output = ratio(d[s.REQUEST_OUTPUT_SUM], d[s.REQUEST_OUTPUT_COUNT])
+    if prompt is None or output is None:
+        return None
+    return prompt + output
+
+
+def kv_cache_headroom_requests_at_completion(
+    capacity_tokens: int | None, running: float | None, tokens_at_completion: float | None
+) -> float | None:
+    """How many more requests fit once every running request has grown to the size requests
+    reach at completion: floor((capacity − running × size) / size), whole requests;
+    negative when the running requests alone will outgrow the pool (that many too many).
+
+    It prices a young request at what it will hold, not what it holds now
+    (`kv_cache_headroom_requests`), so it reaches 0 while the pool still has room: the
+    pool is promised. It assumes the running requests end like those that just finished,
+    none ends early and none shares blocks (prefix caching makes it pessimistic)."""
+    if capacity_tokens is None or capacity_tokens <= 0 or running is None:
+        return None
+    if tokens_at_completion is None or tokens_at_completion <= 0:
+        return None
+    return float(
+        math.floor((capacity_tokens - running * tokens_at_completion) / tokens_at_completion)
+    )
+
+
 def kv_cache_exhaustion_seconds(
     free_tokens: float | None, used_growth_tokens: float, growth_seconds: float
 ) -> float | None:

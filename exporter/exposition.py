@@ -29,7 +29,9 @@ from vllm_glassbox.exporter.derive import (
     kv_cache_exhaustion_seconds,
     kv_cache_free_tokens,
     kv_cache_headroom_requests,
+    kv_cache_headroom_requests_at_completion,
     model_load_bytes_per_second,
+    request_tokens_at_completion,
     spec_position_acceptance,
     startup_stages,
     warm_request_prefill_seconds,
@@ -198,6 +200,7 @@ def kv_headroom_families(state: PollState) -> list[Metric]:
         return []
     free = series.KV_FREE.new()
     headroom = series.KV_HEADROOM.new()
+    at_completion = series.KV_HEADROOM_AT_COMPLETION.new(state.window_seconds)
     exhaustion = series.KV_EXHAUSTION.new()
     for key, sample in sorted(state.snapshot.engines.items()):
         pool = state.kv_pools.get(key, _UNKNOWN_POOL)
@@ -205,13 +208,18 @@ def kv_headroom_families(state: PollState) -> list[Metric]:
         labels = _engine_labels(key)
         left = kv_cache_free_tokens(used, capacity)
         _add(free, labels, left)
-        fit = kv_cache_headroom_requests(used, capacity, sample.gauges.get(RUNNING))
-        _add(headroom, labels, fit)
+        running = sample.gauges.get(RUNNING)
+        _add(headroom, labels, kv_cache_headroom_requests(used, capacity, running))
+        increase = state.increases.get(key)
+        size = request_tokens_at_completion(increase) if increase is not None else None
+        _add(
+            at_completion, labels, kv_cache_headroom_requests_at_completion(capacity, running, size)
+        )
         growth = state.used_tokens_growth.get(key)
         if growth is not None:
             seconds = kv_cache_exhaustion_seconds(left, growth.tokens, growth.seconds)
             _add(exhaustion, labels, seconds)
-    return [free, headroom, exhaustion]
+    return [free, headroom, at_completion, exhaustion]
 
 
 def first_request_families(state: PollState) -> list[Metric]:

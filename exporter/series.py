@@ -252,6 +252,12 @@ WINDOWED: tuple[WindowedSeries, ...] = (
         ),
     ),
     _windowed(
+        "glassbox_request_size_at_completion_tokens",
+        "KV tokens a request held when it finished: Δ request_prompt_tokens sum / count + "
+        "Δ request_generation_tokens sum / count (requests that finished in the window).",
+        lambda d, c: derive.request_tokens_at_completion(d),
+    ),
+    _windowed(
         "glassbox_preemptions_per_second",
         "Preemptions per second: Δ num_preemptions_total / window seconds.",
         lambda d, c: derive.preemptions_per_second(d),
@@ -310,10 +316,21 @@ KV_HEADROOM = gauge(
     "floor(free tokens / (used tokens / running requests)); absent while none runs.",
     ENGINE,
 )
+KV_HEADROOM_AT_COMPLETION = Family(
+    "glassbox_kv_cache_headroom_requests_at_completion",
+    "gauge",
+    "How many more requests fit once every running request has grown to the size "
+    "requests reached at completion over the window (glassbox_request_size_at_completion_"
+    "tokens): floor((capacity − running × size) / size); negative when the running "
+    "requests alone will outgrow the pool; absent until a request finished in the window.",
+    ENGINE,
+    windowed=True,
+)
 KV_EXHAUSTION = gauge(
     "glassbox_kv_cache_exhaustion_seconds",
-    "Seconds until the KV pool is full at the window's growth of used tokens: "
-    "free tokens / (Δ used tokens / window seconds); absent unless used tokens grew.",
+    "Seconds until the KV pool is full at the recent growth of used tokens: "
+    "free tokens / (Δ used tokens / seconds) over the forecast window (--forecast-window, "
+    "by default the window); absent unless used tokens grew.",
     ENGINE,
 )
 
@@ -389,6 +406,7 @@ ALL: tuple[Family, ...] = (
     MODEL_LOAD_RATE,
     KV_FREE,
     KV_HEADROOM,
+    KV_HEADROOM_AT_COMPLETION,
     KV_EXHAUSTION,
     FIRST_PREFILL,
     WARM_PREFILL,

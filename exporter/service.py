@@ -65,6 +65,9 @@ class ExporterConfig:
     listen_port: int = 9400
     interval_seconds: float = 5.0
     window_seconds: float = 60.0
+    # How far back the KV pool's growth is measured for its exhaustion forecast; None: the
+    # window. Shorter than a long window, the forecast follows the pool's recent growth.
+    forecast_window_seconds: float | None = None
     # The hard deadline of one poll, on purpose longer than the interval: a busy vLLM
     # that answers late is read (and counted as `slow`), only a silent one is `timeout`.
     timeout_seconds: float = 10.0
@@ -104,7 +107,10 @@ class Poller:
         self.limits = Limits(max_series_per_metric=config.max_series_per_metric)
         polls_per_window = int(config.window_seconds / config.interval_seconds) + 2
         self.history = History(config.window_seconds, max_entries=polls_per_window)
-        self.used_tokens = UsedTokensTrend(config.window_seconds, max_entries=polls_per_window)
+        forecast_window = config.forecast_window_seconds or config.window_seconds
+        self.used_tokens = UsedTokensTrend(
+            forecast_window, max_entries=int(forecast_window / config.interval_seconds) + 2
+        )
         self.first_requests = FirstRequestsWatch()
         self.polled_at: float | None = None  # the latest successful poll, monotonic
         self.errors: Counter[str] = Counter()

@@ -33,6 +33,12 @@ SPEC_DRAFTS = "spec_drafts"
 SPEC_DRAFT_TOKENS = "spec_draft_tokens"
 SPEC_ACCEPTED = "spec_accepted"
 SPEC_ACCEPTED_AT = "spec_accepted_at/"  # + position: "spec_accepted_at/0", ...
+# The sizes requests reached when they finished (vLLM's request-size histograms, observed
+# at completion): prompt tokens and generated tokens, summed and counted.
+REQUEST_PROMPT_SUM = "request_prompt_tokens_sum"
+REQUEST_PROMPT_COUNT = "request_prompt_tokens_count"
+REQUEST_OUTPUT_SUM = "request_generation_tokens_sum"
+REQUEST_OUTPUT_COUNT = "request_generation_tokens_count"
 
 #: The `_sum` series among them. Only these may go down without a restart: a histogram can
 #: observe a negative value (TTFT is measured on the wall clock, which can step back).
@@ -69,6 +75,10 @@ _COUNTERS: dict[str, tuple[str, ...]] = {
     SPEC_DRAFTS: ("vllm:spec_decode_num_drafts_total",),
     SPEC_DRAFT_TOKENS: ("vllm:spec_decode_num_draft_tokens_total",),
     SPEC_ACCEPTED: ("vllm:spec_decode_num_accepted_tokens_total",),
+    REQUEST_PROMPT_SUM: ("vllm:request_prompt_tokens_sum",),
+    REQUEST_PROMPT_COUNT: ("vllm:request_prompt_tokens_count",),
+    REQUEST_OUTPUT_SUM: ("vllm:request_generation_tokens_sum",),
+    REQUEST_OUTPUT_COUNT: ("vllm:request_generation_tokens_count",),
 }
 _ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 _GAUGES: dict[str, tuple[str, ...]] = {

@@ -214,6 +214,10 @@ def _page(scale: float) -> str:
         # Nothing finished at the first poll: the next requests are the first after start.
         f"vllm:request_prefill_time_seconds_sum{{{e}}} {0.5 * (scale - 1)}",
         f"vllm:request_prefill_time_seconds_count{{{e}}} {2 * (scale - 1)}",
+        f"vllm:request_prompt_tokens_sum{{{e}}} {50 * (scale - 1)}",
+        f"vllm:request_prompt_tokens_count{{{e}}} {2 * (scale - 1)}",
+        f"vllm:request_generation_tokens_sum{{{e}}} {100 * (scale - 1)}",
+        f"vllm:request_generation_tokens_count{{{e}}} {2 * (scale - 1)}",
         f"vllm:num_requests_running{{{e}}} 2",
         f"vllm:num_requests_waiting{{{e}}} 1",
         f"vllm:kv_cache_usage_perc{{{e}}} {min(0.25 * scale, 1.0)}",  # the pool fills

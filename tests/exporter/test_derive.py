@@ -511,6 +511,32 @@ def test_exhaustion_is_free_tokens_over_the_growth_rate_only_while_growing() -> 
     assert derive.kv_cache_exhaustion_seconds(None, 500.0, 10.0) is None
 
 
+def test_headroom_at_completion_prices_running_requests_at_the_size_requests_finish_at() -> None:
+    # Between the flood's middle and its end the 12 flood requests finished: prompts of
+    # (728 − 198) / 12 = 44.17 tokens, outputs of (23,312 − 512) / 12 = 1,900.
+    d = between("cpu-0.32/flood-mid.txt", "cpu-0.32/flood-after.txt", seconds=30.0)
+    size = derive.request_tokens_at_completion(d)
+    assert size == pytest.approx(530 / 12 + 1900)
+    # The 4,096-token pool holds two requests of 1,944 tokens: the 11 running mid-flood are
+    # 9 too many (floor(4,096 / 1,944.17 − 11) = floor(−8.89)), and 2 fit in an empty pool.
+    assert derive.kv_cache_headroom_requests_at_completion(4096, 11, size) == -9
+    assert derive.kv_cache_headroom_requests_at_completion(4096, 0, size) == 2
+    # 2 running of 1,000 tokens in a pool of 10,000: 8 more.
+    assert derive.kv_cache_headroom_requests_at_completion(10_000, 2, 1000.0) == 8
+
+
+def test_headroom_at_completion_is_absent_until_a_request_finished_or_without_a_pool() -> None:
+    # Idle to the flood's middle: only the two repetitive requests finished, 99 + 256.
+    d = between("cpu-0.32/spec-idle.txt", "cpu-0.32/flood-mid.txt", seconds=30.0)
+    assert derive.request_tokens_at_completion(d) == 355.0
+    nothing_finished = between("cpu-0.32/spec-idle.txt", "cpu-0.32/spec-idle.txt", seconds=5.0)
+    assert derive.request_tokens_at_completion(nothing_finished) is None
+    assert derive.kv_cache_headroom_requests_at_completion(4096, 3, None) is None
+    assert derive.kv_cache_headroom_requests_at_completion(0, 3, 355.0) is None  # asleep
+    assert derive.kv_cache_headroom_requests_at_completion(None, 3, 355.0) is None
+    assert derive.kv_cache_headroom_requests_at_completion(4096, None, 355.0) is None
+
+
 # --- the first request after a start ------------------------------------------------------
 
 

@@ -41,6 +41,10 @@ def everything_known() -> PollState:
         s.SPEC_ACCEPTED_AT + "0": 3.0,
         s.PREFILL_SUM: 2.0,
         s.PREFILL_COUNT: 4.0,
+        s.REQUEST_PROMPT_SUM: 8.0,
+        s.REQUEST_PROMPT_COUNT: 1.0,
+        s.REQUEST_OUTPUT_SUM: 10.0,
+        s.REQUEST_OUTPUT_COUNT: 1.0,
     }
     start = ColdStart(
         starts=1,

@@ -700,10 +700,11 @@ def serve_pages(pages: list[str]) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def exporter_series_names(tmp_path_factory: pytest.TempPathFactory) -> frozenset[str]:
     """Every sample name the exporter publishes after polling two pages captured from the
-    real vLLM (speculating, mid-flood: requests waiting, preemptions), with weights and
+    real vLLM (idle, then mid-flood after two speculative requests finished: requests
+    waiting, preemptions), with weights and
     peak bandwidth known, following the same server's startup log (and one line of a
     launcher's prefix glassbox does not read, for glassbox_input_unrecognised)."""
-    pages = [fixture_page("cpu-0.32/spec-after-2x256.txt"), fixture_page("cpu-0.32/flood-mid.txt")]
+    pages = [fixture_page("cpu-0.32/spec-idle.txt"), fixture_page("cpu-0.32/flood-mid.txt")]
     vllm_log = tmp_path_factory.mktemp("log") / "vllm.log"
     vllm_log.write_text(
         (LOGS / "cpu-0.32-spec-startup.log").read_text()
