@@ -15,8 +15,12 @@ over vLLM's series in Prometheus). Never from the derivation core.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import os
 import re
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -422,3 +426,112 @@ def test_speculative_series_equal_raw_counter_increases_in_prometheus(
             stack, "glassbox_spec_decode_position_acceptance_ratio", at, position=position
         )
         assert got == pytest.approx(want, rel=REL, abs=1e-9), f"position {position}"
+
+
+# --- a saturated API server -----------------------------------------------------------------
+# Last in the module: it starves the module's vLLM (its API server pinned to one core beside
+# a busy loop, at the lowest priority, then a flood of streamed requests), and puts it back.
+
+
+class _RecordingFetcher(Fetcher):
+    """The exporter's own fetcher, keeping each page it read and when it came."""
+
+    def __init__(self, url: str, timeout_seconds: float) -> None:
+        super().__init__(url, timeout_seconds)
+        self.pages: list[tuple[float, str]] = []
+
+    def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
+        text = super().get_text(path, timeout_seconds)
+        if path != "/version":
+            self.pages.append((time.monotonic(), text))
+        return text
+
+
+def _published(poller: Poller, name: str) -> float | None:
+    values = [s.value for f in poller.published for s in f.samples if s.name == name]
+    return values[0] if values else None
+
+
+def _raw(text: str, name: str) -> float:
+    return sum(v for _, v in _parse(text).get(name, []))
+
+
+@contextlib.contextmanager
+def _starved(api_server: int) -> Iterator[None]:
+    """vLLM's API server (every thread) on core 0 at nice 19, beside a busy loop there."""
+    tasks = [t.name for t in Path(f"/proc/{api_server}/task").iterdir()]
+    pin = ["taskset", "-a", "-p", "-c"]
+    subprocess.run([*pin, "0", str(api_server)], check=True, capture_output=True)
+    for task in tasks:
+        subprocess.run(["renice", "-n", "19", "-p", task], check=True, capture_output=True)
+    spinner = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+        cores = f"0-{(os.cpu_count() or 1) - 1}"
+        subprocess.run([*pin, cores, str(api_server)], capture_output=True)
+        for task in tasks:
+            subprocess.run(["renice", "-n", "0", "-p", task], capture_output=True)
+
+
+def test_a_starved_api_server_is_read_late_not_missed_and_its_rates_use_the_answer_time(
+    plain: Plain,
+) -> None:
+    assert plain.vllm.pid is not None  # the launcher is the API server (one API server)
+    fetcher = _RecordingFetcher(plain.vllm.url, 10.0)
+    poller = Poller(
+        ExporterConfig(
+            target=plain.vllm.url, interval_seconds=1.0, window_seconds=300.0, timeout_seconds=10.0
+        ),
+        fetcher=fetcher,
+    )
+    body: dict[str, Any] = {"model": MODEL, "prompt": "Write a long essay.", "max_tokens": 192,
+            "temperature": 0.7, "ignore_eos": True, "stream": True}  # fmt: skip
+    stop = threading.Event()
+
+    def stream(_: int) -> None:
+        with httpx.Client(timeout=600) as client:
+            while not stop.is_set():
+                with client.stream("POST", plain.vllm.url + "/v1/completions", json=body) as r:
+                    for _ in r.iter_lines():
+                        pass
+
+    polls, answers = 0, []
+    with _starved(plain.vllm.pid), concurrent.futures.ThreadPoolExecutor(24) as pool:
+        streams = [pool.submit(stream, i) for i in range(24)]
+        try:
+            while polls < 20:  # 20 polls, a second apart, however long each answer takes
+                started = time.monotonic()
+                if poller.poll_once():
+                    answers.append(time.monotonic() - started)
+                polls += 1
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        finally:
+            stop.set()
+        for done in streams:
+            done.result(timeout=600)
+    poller.fetcher.close()
+
+    # A 10 s deadline reads a starved API server (bench_saturation.py: 4.2 s at worst).
+    failed = {reason: n for reason, n in poller.errors.items() if n and reason != "slow"}
+    assert len(answers) >= 18 and len(answers) == len(fetcher.pages), (failed, answers)
+    # Every rate over the pages read equals the raw counters over the times they came
+    # (prometheus_client's parser, not glassbox's; the window holds every page).
+    (first_at, first), (last_at, last) = fetcher.pages[0], fetcher.pages[-1]
+    span = last_at - first_at
+
+    def grown(name: str) -> float:
+        return _raw(last, name) - _raw(first, name)
+
+    steps = grown("vllm:iteration_tokens_total_count")
+    assert steps > 0, "the flood made no engine step"
+    want = {
+        "glassbox_engine_steps_per_second": steps / span,
+        "glassbox_tokens_per_engine_step": grown("vllm:generation_tokens_total") / steps,
+        "glassbox_inter_token_latency_seconds": grown("vllm:inter_token_latency_seconds_sum")
+        / grown("vllm:inter_token_latency_seconds_count"),
+    }
+    for name, value in want.items():
+        assert _published(poller, name) == pytest.approx(value, rel=REL), name
