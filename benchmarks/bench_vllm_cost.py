@@ -47,9 +47,9 @@ from urllib.parse import quote
 import httpx
 from vllm_glassbox.exporter.fetch import Fetcher
 from vllm_glassbox.exporter.snapshot import WANTED_SAMPLES
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess, scrape_config
-from vllm_glassbox.lab.server_process import ServerProcess
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess, scrape_config
+from vllm_glassbox.lab.backends.server_process import ServerProcess
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 
 TICK = os.sysconf("SC_CLK_TCK")
 MODES = ("exporter", "keep-alive", "gzip", "filtered")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from vllm_glassbox.lab.backend import Backend
+from vllm_glassbox.lab.backends.backend import Backend
 from vllm_glassbox.lab.credentials import ApiKey
 from vllm_glassbox.lab.membench import measure_peak
 from vllm_glassbox.lab.plan import Plan

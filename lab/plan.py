@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 from vllm_glassbox.exporter.weights import gpu_bandwidth
+from vllm_glassbox.lab.backends.tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
 from vllm_glassbox.lab.credentials import ApiKeySource
 from vllm_glassbox.lab.experiments import KINDS, experiment
 from vllm_glassbox.lab.experiments.base import Phase
@@ -33,7 +34,6 @@ from vllm_glassbox.lab.plan_yaml import (
     text,
     unique,
 )
-from vllm_glassbox.lab.tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
 from vllm_glassbox.units import GIB
 
 TINY_PREFIX = "tiny:"

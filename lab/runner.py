@@ -23,7 +23,7 @@ from vllm_glassbox import __version__
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
-from vllm_glassbox.lab.backend import Backend, FlagOverrides, Terminated, restoring
+from vllm_glassbox.lab.backends.backend import Backend, FlagOverrides, Terminated, restoring
 from vllm_glassbox.lab.credentials import ApiKey
 from vllm_glassbox.lab.experiments import for_phase
 from vllm_glassbox.lab.experiments.base import (

@@ -23,7 +23,7 @@ from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import TargetCredentials
 from vllm_glassbox.exporter.own_page import ExporterPage, read_exporter_page
 from vllm_glassbox.exporter.service import ExporterConfig, serve
-from vllm_glassbox.lab.backend import Deployed
+from vllm_glassbox.lab.backends.backend import Deployed
 from vllm_glassbox.lab.compared import COMPARED_NAMES
 from vllm_glassbox.lab.results import ExporterSeries
 from vllm_glassbox.lab.telemetry import Observer, Segment

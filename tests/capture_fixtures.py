@@ -41,8 +41,8 @@ from typing import Any
 
 import httpx
 from vllm_glassbox.exporter.snapshot import PREEMPTIONS, WAITING, read_snapshot
-from vllm_glassbox.lab.server_process import ServerError, ServerProcess
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.server_process import ServerError, ServerProcess
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SPEC_CONFIG = (

@@ -44,13 +44,13 @@ from typing import Any
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import fetch_once
 from vllm_glassbox.exporter.own_page import ExporterPage
-from vllm_glassbox.lab.server_process import (
+from vllm_glassbox.lab.backends.server_process import (
     ChildProcess,
     ServerError,
     ServerProcess,
     exceptions_in_log,
 )
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 
 from tests.capture_fixtures import (
     PLAIN_POOL_BYTES,

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate, write_tokenizer
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate, write_tokenizer
 
 DENSE = TinyModelSpec(
     "qwen7b",

@@ -24,7 +24,7 @@ from vllm_glassbox.exporter.weights import (
     weights_from_config,
     weights_from_safetensors,
 )
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, _config, write_safetensors
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, _config, write_safetensors
 
 # --- exact bytes from safetensors headers --------------------------------------------------
 

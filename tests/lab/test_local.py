@@ -252,8 +252,8 @@ if __name__ == "__main__":
 
 # --- the tests --------------------------------------------------------------------------
 
+from vllm_glassbox.lab.backends.local import LocalBackend  # noqa: E402
 from vllm_glassbox.lab.cli import main as lab_main  # noqa: E402
-from vllm_glassbox.lab.local import LocalBackend  # noqa: E402
 from vllm_glassbox.lab.plan import parse_plan  # noqa: E402
 from vllm_glassbox.lab.progress import Progress  # noqa: E402
 from vllm_glassbox.lab.runner import Lab, run_lab  # noqa: E402
@@ -372,7 +372,7 @@ def grafana() -> Iterator[AnnotationSink]:
 def test_each_phase_gets_its_own_server_with_its_flags_and_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grafana: AnnotationSink
 ) -> None:
-    from vllm_glassbox.lab.server_process import free_port
+    from vllm_glassbox.lab.backends.server_process import free_port
 
     listen = free_port()
     monkeypatch.setenv("GLASSBOX_GRAFANA_URL", grafana.url)

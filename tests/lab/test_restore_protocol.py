@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from vllm_glassbox.lab.restore_protocol import (
+from vllm_glassbox.lab.backends.restore_protocol import (
     ANNOTATION,
     KubernetesError,
     Record,

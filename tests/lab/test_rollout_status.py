@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client as k8s
-from vllm_glassbox.lab.rollout_status import (
+from vllm_glassbox.lab.backends.rollout_status import (
     label_selector,
     newest_pod_running,
     pod_ready,

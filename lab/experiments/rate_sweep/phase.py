@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
-from vllm_glassbox.lab.backend import FlagOverrides
+from vllm_glassbox.lab.backends.backend import FlagOverrides
 from vllm_glassbox.lab.plan_yaml import (
     MISSING,
     Node,

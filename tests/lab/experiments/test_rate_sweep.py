@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from vllm_glassbox.lab.backend import Deployed
+from vllm_glassbox.lab.backends.backend import Deployed
 from vllm_glassbox.lab.cli import main as lab_main
 from vllm_glassbox.lab.credentials import ApiKeySource, open_api_key
 from vllm_glassbox.lab.experiments.rate_sweep import (
@@ -470,8 +470,8 @@ def test_every_reader_of_the_page_presents_the_key_to_a_token_checking_proxy(
     """vLLM leaves /metrics open; a proxy in front may not. The lab's client, its poller
     process and the exporter beside the server all present the key (a loopback server
     that answers 401 without it)."""
+    from vllm_glassbox.lab.backends.server_process import free_port
     from vllm_glassbox.lab.measure import LabError, Sampler, VllmClient
-    from vllm_glassbox.lab.server_process import free_port
     from vllm_glassbox.lab.sidecar import ExporterBeside
     from vllm_glassbox.lab.telemetry import Segment
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vllm_glassbox.lab.restore_protocol import KubernetesError
+from vllm_glassbox.lab.backends.restore_protocol import KubernetesError
 
 
 def rollout_problem(deployment: Any, generation: int) -> str | None:

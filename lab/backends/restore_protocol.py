@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_glassbox.lab.args import flag_value
-from vllm_glassbox.lab.backend import FlagOverrides
+from vllm_glassbox.lab.backends.args import flag_value
+from vllm_glassbox.lab.backends.backend import FlagOverrides
 
 ANNOTATION = "lab.vllm-glassbox/original-args"
 """On the Deployment while the lab's args may be in place: JSON `{"container", "args"

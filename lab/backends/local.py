@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_glassbox.lab.args import apply_overrides, flag_value
-from vllm_glassbox.lab.backend import Deployed, FlagOverrides
+from vllm_glassbox.lab.backends.args import apply_overrides, flag_value
+from vllm_glassbox.lab.backends.backend import Deployed, FlagOverrides
+from vllm_glassbox.lab.backends.server_process import DEFAULT_COMMAND, ServerProcess
+from vllm_glassbox.lab.backends.tinymodel import generate
 from vllm_glassbox.lab.plan import TINY_PREFIX, LocalTarget
-from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, ServerProcess
-from vllm_glassbox.lab.tinymodel import generate
 
 
 class LocalBackend:
