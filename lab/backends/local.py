@@ -21,8 +21,8 @@ from pathlib import Path
 from vllm_glassbox.lab.backends.args import apply_overrides, flag_value
 from vllm_glassbox.lab.backends.backend import Deployed, FlagOverrides
 from vllm_glassbox.lab.backends.server_process import DEFAULT_COMMAND, ServerProcess
+from vllm_glassbox.lab.backends.targets import TINY_PREFIX, LocalTarget
 from vllm_glassbox.lab.backends.tinymodel import generate
-from vllm_glassbox.lab.plan import TINY_PREFIX, LocalTarget
 
 
 class LocalBackend:
