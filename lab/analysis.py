@@ -30,8 +30,8 @@ from vllm_glassbox.exporter.weights import (
     resolve_weights,
 )
 from vllm_glassbox.lab.compared import COMPARED
-from vllm_glassbox.lab.measure import Completion
 from vllm_glassbox.lab.results import RequestStats, Startup
+from vllm_glassbox.lab.vllm.client import Completion
 from vllm_glassbox.units import GIB
 
 # --- one server start ----------------------------------------------------------------------

@@ -25,13 +25,13 @@ from vllm_glassbox.helptext import examples
 from vllm_glassbox.lab.backends.backend import Backend
 from vllm_glassbox.lab.backends.backend import exit_code as stopped_exit_code
 from vllm_glassbox.lab.backends.server_process import DEFAULT_COMMAND, free_port
-from vllm_glassbox.lab.credentials import ApiKey, key_source, open_api_key
 from vllm_glassbox.lab.launch import run_plan
 from vllm_glassbox.lab.plan import Plan, PlanError, resolve_plan
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.results import LabResults
 from vllm_glassbox.lab.runner import STOPPED
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, Observer, PhaseInfo
+from vllm_glassbox.lab.vllm.credentials import ApiKey, key_source, open_api_key
 from vllm_glassbox.logs import add_log_flags, set_up_logging
 from vllm_glassbox.units import parse_host_port
 

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vllm_glassbox.lab.backends.backend import Backend
-from vllm_glassbox.lab.credentials import ApiKey
 from vllm_glassbox.lab.membench import measure_peak
 from vllm_glassbox.lab.plan import Plan
 from vllm_glassbox.lab.progress import Progress
@@ -24,6 +23,7 @@ from vllm_glassbox.lab.results import ExporterSeries, LabResults, Peak
 from vllm_glassbox.lab.runner import Lab, run_lab
 from vllm_glassbox.lab.sidecar import ExporterBeside
 from vllm_glassbox.lab.telemetry import Observer
+from vllm_glassbox.lab.vllm.credentials import ApiKey
 
 
 def resolve_peak(plan: Plan, progress: Progress) -> Peak | None:

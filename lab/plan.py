@@ -22,7 +22,6 @@ import yaml
 from vllm_glassbox.exporter.weights import gpu_bandwidth
 from vllm_glassbox.lab.backends.targets import TINY_PREFIX, KubernetesTarget, LocalTarget
 from vllm_glassbox.lab.backends.tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
-from vllm_glassbox.lab.credentials import ApiKeySource
 from vllm_glassbox.lab.experiments import KINDS, experiment
 from vllm_glassbox.lab.experiments.base import Phase
 from vllm_glassbox.lab.plan_yaml import (
@@ -35,6 +34,7 @@ from vllm_glassbox.lab.plan_yaml import (
     text,
     unique,
 )
+from vllm_glassbox.lab.vllm.credentials import ApiKeySource
 from vllm_glassbox.units import GIB
 
 #: Largest random checkpoint a plan may ask to write; bigger models use vLLM's dummy loader.

@@ -24,7 +24,6 @@ from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
 from vllm_glassbox.lab.backends.backend import Backend, FlagOverrides, Terminated, restoring
-from vllm_glassbox.lab.credentials import ApiKey
 from vllm_glassbox.lab.experiments import for_phase
 from vllm_glassbox.lab.experiments.base import (
     STOPPED,
@@ -34,11 +33,19 @@ from vllm_glassbox.lab.experiments.base import (
     Served,
     describe_error,
 )
-from vllm_glassbox.lab.measure import Completion, LabError, Measured, Sampler, VllmClient, increase
 from vllm_glassbox.lab.plan import Plan
 from vllm_glassbox.lab.progress import Progress, number_text
 from vllm_glassbox.lab.results import LabResults, Peak, PhaseResult, SegmentNumbers, Startup
 from vllm_glassbox.lab.telemetry import Observer, Segment
+from vllm_glassbox.lab.vllm.client import (
+    Completion,
+    LabError,
+    Measured,
+    Sampler,
+    VllmClient,
+    increase,
+)
+from vllm_glassbox.lab.vllm.credentials import ApiKey
 
 PROGRESS_POLL_SECONDS = 2.0
 # A warm-up request pays the first request's one-time costs (in vLLM's API server and

@@ -19,10 +19,10 @@ from typing import Generic, Protocol, Self, TypeVar
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.backends.backend import Deployed, FlagOverrides, Terminated
 from vllm_glassbox.lab.backends.server_process import ServerError
-from vllm_glassbox.lab.measure import LabError, Measured, VllmClient
 from vllm_glassbox.lab.plan_yaml import Node
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.results import PhaseBody, PhaseResult, Startup
+from vllm_glassbox.lab.vllm.client import LabError, Measured, VllmClient
 
 STOPPED = (KeyboardInterrupt, Terminated)  # Ctrl-C, SIGTERM: stop, restore, report
 

@@ -18,7 +18,6 @@ import pytest
 from vllm_glassbox.lab.backends.backend import Deployed
 from vllm_glassbox.lab.backends.server_process import free_port
 from vllm_glassbox.lab.cli import make_backend
-from vllm_glassbox.lab.credentials import open_api_key
 from vllm_glassbox.lab.experiments.rate_sweep import KV_POOL, TPOT_AGREEMENT, RateSweepResult
 from vllm_glassbox.lab.plan import parse_plan
 from vllm_glassbox.lab.progress import Progress
@@ -26,6 +25,7 @@ from vllm_glassbox.lab.report import write_outputs
 from vllm_glassbox.lab.runner import Lab, run_lab
 from vllm_glassbox.lab.sidecar import ExporterBeside
 from vllm_glassbox.lab.telemetry import Observer, Segment
+from vllm_glassbox.lab.vllm.credentials import open_api_key
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -318,7 +318,7 @@ def pollers_of(url: str) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        poller = b"vllm_glassbox.lab.poller" in cmdline and url.encode() in cmdline
+        poller = b"vllm_glassbox.lab.vllm.poller" in cmdline and url.encode() in cmdline
         if poller and alive(int(proc.name)):
             found.append(int(proc.name))
     return found
@@ -763,7 +763,7 @@ def test_the_gpu_plan_runs_unchanged_against_a_stand_in_of_the_cuda_build(
 
 
 def test_a_poll_that_fails_or_hangs_is_recorded_and_the_next_follows() -> None:
-    from vllm_glassbox.lab.measure import Sampler, VllmClient
+    from vllm_glassbox.lab.vllm.client import Sampler, VllmClient
 
     page = (FIXTURE_PAGES / "plain-idle.txt").read_text().encode()
     polls = [0]

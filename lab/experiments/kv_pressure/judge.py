@@ -11,7 +11,7 @@ from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import counter_increase
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.kv_pressure.result import Act, PressureSummary, TimelinePoint
-from vllm_glassbox.lab.measure import gauge_max, gauge_total, increase
+from vllm_glassbox.lab.vllm.client import gauge_max, gauge_total, increase
 
 # --- its arithmetic (derive's numbers) -----------------------------------------------------
 

@@ -18,8 +18,8 @@ from vllm_glassbox.lab.experiments.kv_pressure.result import (
     MissedPoll,
     TimelinePoint,
 )
-from vllm_glassbox.lab.measure import Sampler
 from vllm_glassbox.lab.progress import number_text
+from vllm_glassbox.lab.vllm.client import Sampler
 
 
 def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:

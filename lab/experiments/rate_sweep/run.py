@@ -32,10 +32,10 @@ from vllm_glassbox.lab.experiments.rate_sweep.views import (
     server_view,
     sweep_point,
 )
-from vllm_glassbox.lab.measure import LabError, Sampler, gauge_total, increase
 from vllm_glassbox.lab.progress import number_text
 from vllm_glassbox.lab.report_format import num
 from vllm_glassbox.lab.results import Startup
+from vllm_glassbox.lab.vllm.client import LabError, Sampler, gauge_total, increase
 
 #: The server must be idle before a step starts (the previous step's requests done).
 IDLE_TIMEOUT_SECONDS = 300.0

@@ -13,8 +13,8 @@ from vllm_glassbox.exporter.derive import Increase
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.rate_sweep.result import ClientView, ServerView, SweepPoint
 from vllm_glassbox.lab.findings import fit_line
-from vllm_glassbox.lab.measure import gauge_max, gauge_total, increase
 from vllm_glassbox.lab.results import Startup
+from vllm_glassbox.lab.vllm.client import gauge_max, gauge_total, increase
 
 #: The exporter's series read at every poll: its forecast of the pool. (Not its
 #: exhaustion time: beside the lab its window spans the whole segment, not the moment.)

@@ -20,7 +20,6 @@ import pytest
 import yaml
 from vllm_glassbox.lab.backends.backend import Deployed
 from vllm_glassbox.lab.cli import main as lab_main
-from vllm_glassbox.lab.credentials import ApiKeySource, open_api_key
 from vllm_glassbox.lab.experiments.rate_sweep import (
     ADMISSION,
     CLIENT_LIMIT,
@@ -49,6 +48,7 @@ from vllm_glassbox.lab.experiments.rate_sweep import (
 from vllm_glassbox.lab.plan import PlanError, load_plan, packaged_plan, parse_plan
 from vllm_glassbox.lab.report import write_outputs
 from vllm_glassbox.lab.results import LabResults, PhaseResult
+from vllm_glassbox.lab.vllm.credentials import ApiKeySource, open_api_key
 
 from tests.fixtures import FIXTURES
 
@@ -471,9 +471,9 @@ def test_every_reader_of_the_page_presents_the_key_to_a_token_checking_proxy(
     process and the exporter beside the server all present the key (a loopback server
     that answers 401 without it)."""
     from vllm_glassbox.lab.backends.server_process import free_port
-    from vllm_glassbox.lab.measure import LabError, Sampler, VllmClient
     from vllm_glassbox.lab.sidecar import ExporterBeside
     from vllm_glassbox.lab.telemetry import Segment
+    from vllm_glassbox.lab.vllm.client import LabError, Sampler, VllmClient
 
     from tests.misbehaving import FakeVllm, Misbehaving, guarded, healthy
 

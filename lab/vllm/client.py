@@ -30,7 +30,7 @@ from vllm_glassbox.exporter.snapshot import (
     Snapshot,
     read_snapshot,
 )
-from vllm_glassbox.lab.credentials import ApiKey
+from vllm_glassbox.lab.vllm.credentials import ApiKey
 
 
 class LabError(RuntimeError):
@@ -221,7 +221,7 @@ class Sampler:
             [
                 sys.executable,
                 "-m",
-                "vllm_glassbox.lab.poller",
+                "vllm_glassbox.lab.vllm.poller",
                 self.url,
                 str(self.period),
                 str(self.deadline),

@@ -1,7 +1,7 @@
 """The lab's poller, a process of its own: GET URL/metrics on a fixed period, each page or
 failure appended as one JSON line to a file, with when it was sent and when it came back.
 
-    python -m vllm_glassbox.lab.poller URL PERIOD DEADLINE FILE [TOKEN_FILE]
+    python -m vllm_glassbox.lab.vllm.poller URL PERIOD DEADLINE FILE [TOKEN_FILE]
 
 Apart from the lab's process, its schedule cannot be held up by what that process does
 (the request load, the exporter beside the server, writing the report): the times it
