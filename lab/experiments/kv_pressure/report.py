@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vllm_glassbox.lab.experiments.kv_pressure.judge import (
+from vllm_glassbox.lab.experiments.kv_pressure.judge import MIN_ACT_POLLS, thin_acts
+from vllm_glassbox.lab.experiments.kv_pressure.result import KvPressureResult
+from vllm_glassbox.lab.experiments.pool_acts import (
     ACT_CONDITIONS,
-    MIN_ACT_POLLS,
     THREE_ACTS,
+    TimelinePoint,
     preemption_jumps,
-    thin_acts,
 )
-from vllm_glassbox.lab.experiments.kv_pressure.result import KvPressureResult, TimelinePoint
 from vllm_glassbox.lab.report_format import integer, num, percent, plot_name, server_facts, table
 from vllm_glassbox.lab.results import PhaseResult
 

@@ -13,11 +13,8 @@ from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.base import PhaseFailed, Services, describe_error
 from vllm_glassbox.lab.experiments.kv_pressure.judge import pressure_summary, timeline_point
 from vllm_glassbox.lab.experiments.kv_pressure.phase import KvPressurePhase
-from vllm_glassbox.lab.experiments.kv_pressure.result import (
-    KvPressureResult,
-    MissedPoll,
-    TimelinePoint,
-)
+from vllm_glassbox.lab.experiments.kv_pressure.result import KvPressureResult, MissedPoll
+from vllm_glassbox.lab.experiments.pool_acts import TimelinePoint
 from vllm_glassbox.lab.progress import number_text
 from vllm_glassbox.lab.vllm.client import Sampler
 

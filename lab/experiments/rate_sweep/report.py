@@ -4,7 +4,7 @@ first preemption)."""
 
 from __future__ import annotations
 
-from vllm_glassbox.lab.experiments.kv_pressure.judge import SATURATED
+from vllm_glassbox.lab.experiments.pool_acts import SATURATED
 from vllm_glassbox.lab.experiments.rate_sweep.judge import (
     LIMITS,
     MIN_SPAN_LATENCIES,

@@ -13,7 +13,7 @@ from typing import Any
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.base import ExporterView, PhaseFailed, Served, Services
-from vllm_glassbox.lab.experiments.kv_pressure.judge import act_names
+from vllm_glassbox.lab.experiments.pool_acts import act_names
 from vllm_glassbox.lab.experiments.rate_sweep.bench import bench_args, run_bench
 from vllm_glassbox.lab.experiments.rate_sweep.judge import (
     achieved_rate,
