@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.startup_log import ColdStart, read_cold_starts
+from vllm_glassbox.exporter.cold_start import ColdStart, read_cold_starts
 from vllm_glassbox.units import GIB
 
 

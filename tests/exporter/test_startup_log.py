@@ -8,16 +8,11 @@ from pathlib import Path
 
 import pytest
 from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter.cold_start import ColdStart, read_cold_starts
 from vllm_glassbox.exporter.layout import resolve_layout
-from vllm_glassbox.exporter.startup_log import (
-    ColdStart,
-    LogFollower,
-    StartupFacts,
-    log_time,
-    read_cold_starts,
-    read_facts,
-    writer,
-)
+from vllm_glassbox.exporter.log_patterns import log_time
+from vllm_glassbox.exporter.log_writers import writer
+from vllm_glassbox.exporter.startup_log import LogFollower, StartupFacts, read_facts
 from vllm_glassbox.exporter.weights import resolve_weights
 from vllm_glassbox.units import GIB
 
