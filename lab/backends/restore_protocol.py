@@ -1,6 +1,6 @@
 """How the Kubernetes backend changes a Deployment's args and always gets them back.
 
-Pure functions over plain data (annotations, args, container names); lab/kubernetes.py
+Pure functions over plain data (annotations, args, container names); lab/backends/kubernetes.py
 reads the Deployment, calls these, and sends the JSON patches they build.
 
 - What is patched: one container's `args`, by flag name, in a JSON patch (RFC 6902)

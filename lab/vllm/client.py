@@ -179,7 +179,7 @@ class VllmClient:
 class Sampler:
     """Polls /metrics on a fixed period (the KV-pressure timeline, live progress).
 
-    It runs apart from the request load: a process of its own (`lab/poller.py`) with its
+    It runs apart from the request load: a process of its own (`lab/vllm/poller.py`) with its
     own connection and a schedule that waits for nothing, which appends every page to a
     file with the times it was sent and came back; a thread here reads the file.
     `on_sample(t, snapshot, latency, delay)` gets each page with the seconds since the

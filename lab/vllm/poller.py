@@ -7,7 +7,7 @@ Apart from the lab's process, its schedule cannot be held up by what that proces
 (the request load, the exporter beside the server, writing the report): the times it
 records are the times the pages came. It writes to a file, never to a pipe, so a reader
 that falls behind cannot block it. It stops when its stdin closes (the lab ended, however
-it ended) or on SIGTERM. `measure.Sampler` starts it and reads the file. TOKEN_FILE: a
+it ended) or on SIGTERM. `client.Sampler` starts it and reads the file. TOKEN_FILE: a
 vLLM started with --api-key (or behind a token-checking proxy), read as the exporter does.
 """
 

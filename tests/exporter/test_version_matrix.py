@@ -28,7 +28,7 @@ MATRIX = FIXTURES / "matrix"
 VERSIONS = sorted(p.parent.name for p in MATRIX.glob("*/startup.log"))
 DP_VERSIONS = [v for v in VERSIONS if (MATRIX / v / "dp2-after-2x64.txt").exists()]
 
-# The tiny model (lab.tinymodel TinyModelSpec("tiny-capture")), by hand:
+# The tiny model (lab.backends.tinymodel TinyModelSpec("tiny-capture")), by hand:
 # KV bytes per token = 4 layers × 2 (K and V) × 2 KV heads × 64 dims × 2 bytes (BF16).
 KV_BYTES_PER_TOKEN = 4 * 2 * 2 * 64 * 2
 # Parameters: embeddings and LM head 2 × 1024 × 256, final norm 256, and per layer two

@@ -1,5 +1,5 @@
 """What the lab reads off real pages and logs captured from vLLM (tests/fixtures): a
-request's stats, the increases between two pages across a restart (lab/measure.py), and a
+request's stats, the increases between two pages across a restart (lab/vllm/client.py), and a
 server's startup facts (lab/analysis.py).
 """
 

@@ -311,7 +311,7 @@ def pids_in(log: str) -> list[int]:
 
 
 def pollers_of(url: str) -> list[int]:
-    """Live processes of the lab's poller (lab/poller.py) polling `url`."""
+    """Live processes of the lab's poller (lab/vllm/poller.py) polling `url`."""
     found = []
     for proc in Path("/proc").iterdir():
         try:

@@ -1,4 +1,4 @@
-"""What a Deployment's and its pods' status say (lab/rollout_status.py), on the
+"""What a Deployment's and its pods' status say (lab/backends/rollout_status.py), on the
 `kubernetes` client's objects as the API would return them; no server runs."""
 
 from __future__ import annotations
