@@ -28,12 +28,12 @@ from vllm_glassbox.dashboards.common import (
 from vllm_glassbox.dashboards.common import dashboard as _dashboard
 from vllm_glassbox.dashboards.exporter_help import help_of
 from vllm_glassbox.dashboards.panels import (
-    KV_NEARLY_FULL,
     KV_THRESHOLDS,
     YOUNG,
     fleet_q,
     per_engine_and_fleet,
 )
+from vllm_glassbox.exporter.derive import KV_POOL_FULL
 
 
 def kv_tokens() -> Panel:
@@ -73,7 +73,7 @@ def kv_usage() -> Panel:
         "vllm:kv_cache_usage_perc, the share of KV blocks held by requests (a fraction, "
         "evictable prefix-cache blocks count as free); per engine, and the fleet's maximum "
         "(recording rule namespace_job_model_name:vllm_kv_cache_usage:max). Paging is invisible "
-        f"until the pool is full: the line marks {KV_NEARLY_FULL:.0%}.",
+        f"until the pool is full: the line marks {KV_POOL_FULL:.0%}.",
         [Q(q.KV_USAGE, ENGINE_LEGEND), fleet_q(q.KV_USAGE_FLEET, "max " + FLEET_LEGEND)],
         RATIO,
         thresholds=KV_THRESHOLDS,

@@ -24,10 +24,10 @@ from vllm_glassbox.dashboards.common import (
     timeseries,
 )
 from vllm_glassbox.dashboards.exporter_help import fleet, help_of, per_engine
+from vllm_glassbox.exporter.derive import KV_POOL_FULL
 
 # Judgements, shared by the panels that draw them.
-KV_NEARLY_FULL = 0.95  # vLLM preempts once it cannot grow a running request's blocks
-KV_THRESHOLDS = [("green", None), ("orange", KV_NEARLY_FULL)]
+KV_THRESHOLDS = [("green", None), ("orange", KV_POOL_FULL)]
 ANY_PREEMPTION = [("green", None), ("orange", 1e-9)]
 
 

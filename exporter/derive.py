@@ -321,6 +321,11 @@ def marginal_weight_read_bandwidth(slope_seconds_per_gib: float) -> float | None
 
 # --- KV cache ---------------------------------------------------------------------------
 
+#: KV usage from which a pool counts as full: vLLM preempts once it cannot grow a running
+#: request's blocks, which a pool of whole blocks reaches short of 100 %. The lab's acts,
+#: the dashboards' threshold and VLLMKVCacheSaturated's (tests/rules/test_pool_full.py).
+KV_POOL_FULL = 0.95
+
 
 def kv_cache_blocks(cache: s.CacheConfig | None) -> int | None:
     """KV blocks of one engine: vLLM labels every engine with the sum over engines."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass
 
+from vllm_glassbox.exporter.derive import KV_POOL_FULL
 from vllm_glassbox.lab.backends.backend import FlagOverrides
 from vllm_glassbox.lab.plan_yaml import (
     Node,
@@ -68,6 +69,6 @@ def parse(node: Node, name: str) -> KvPressurePhase:
         concurrency=node.get("concurrency", positive_int, 32),
         poll_seconds=node.get("poll", duration, 5.0),
         timeout_seconds=node.get("timeout", duration, 3600.0),
-        saturation=node.get("saturation", fraction, 0.95),
+        saturation=node.get("saturation", fraction, KV_POOL_FULL),
         warmup=node.get("warmup", count, 1),
     )

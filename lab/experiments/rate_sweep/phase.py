@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
+from vllm_glassbox.exporter.derive import KV_POOL_FULL
 from vllm_glassbox.lab.backends.backend import FlagOverrides
 from vllm_glassbox.lab.plan_yaml import (
     MISSING,
@@ -198,7 +199,7 @@ def parse(node: Node, name: str) -> RateSweepPhase:
         temperature=node.get("temperature", non_negative, 0.0),
         keep_up=node.get("keep_up", fraction, 0.9),
         poll_seconds=node.get("poll", duration, 2.0),
-        saturation=node.get("saturation", fraction, 0.95),
+        saturation=node.get("saturation", fraction, KV_POOL_FULL),
         warmup=node.get("warmup", count, 1),
         step_timeout_seconds=node.get("step_timeout", duration, 1800.0),
         tokenizer=node.get("tokenizer", text, None),
