@@ -55,6 +55,14 @@ class ColdStart:
     ranks_unknown: bool = False
 
     @property
+    def ready_after_seconds(self) -> float | None:
+        """Process start to ready: the log's time from the server-version line to the API
+        server's "Starting vLLM … server … on" line."""
+        if self.started_at is None or self.ready_at is None:
+            return None
+        return self.started_at.seconds_until(self.ready_at)
+
+    @property
     def start_label(self) -> str:
         """The start as a label value: its log time, "" when the log did not show it."""
         return str(self.started_at) if self.started_at else ""
@@ -119,3 +127,9 @@ def read_cold_starts(text: str) -> list[ColdStart]:
     if current != ColdStart(starts=current.starts):
         starts.append(current)
     return starts
+
+
+def latest_start(text: str) -> ColdStart | None:
+    """The last start a server's log shows (the lab's figures of the server it started)."""
+    starts = read_cold_starts(text)
+    return starts[-1] if starts else None

@@ -34,7 +34,6 @@ from vllm_glassbox.exporter.log_patterns import (
     KV_MEMORY,
     KV_TOKENS,
     LAYOUT,
-    LOAD_TIME,
     SERVER_START,
     STAGE_LINE,
     UNIT_BYTES,
@@ -62,8 +61,6 @@ class StartupFacts:
     weights_by_rank: dict[str, float] = field(default_factory=dict)
     # The data-parallel engine each of those processes belongs to, where its prefixes say.
     engine_of_rank: dict[str, str | None] = field(default_factory=dict)
-    model_load_seconds: float | None = None
-    weights_load_seconds: float | None = None
     kv_cache_memory_bytes: float | None = None
     kv_cache_tokens: int | None = None  # the smallest a rank logged: what vLLM uses
     kv_cache_blocks: int | None = None  # V0's "# GPU blocks: N" (per engine)
@@ -236,16 +233,12 @@ class StartupFacts:
                 # The same process loading again. Behind a prefix glassbox cannot place
                 # (a JSON record naming no process) ranks look alike: no restart is inferred.
                 facts = facts._restarted()
-            seconds = float(m["sec"]) if m["sec"] else None
-            if facts.model_load_seconds is not None:  # ranks load side by side: the slowest
-                seconds = max(seconds or 0.0, facts.model_load_seconds)
             engine = UNKNOWN_ENGINE if who.unknown_prefix else who.engine
             size = float(m["size"]) * UNIT_BYTES[m["unit"]]
             return replace(
                 facts,
                 weights_by_rank={**facts.weights_by_rank, **dict.fromkeys(ranks, size)},
                 engine_of_rank={**facts.engine_of_rank, **dict.fromkeys(ranks, engine)},
-                model_load_seconds=seconds,
                 startups=max(facts.startups, 1),
             )
         if m := ENGINE_CONFIG.search(line):
@@ -255,9 +248,6 @@ class StartupFacts:
             return facts
         if m := KV_MEMORY.search(line):
             return replace(facts, kv_cache_memory_bytes=float(m.group("gib")) * GIB)
-        if m := LOAD_TIME.search(line):
-            slowest = max(float(m["sec"]), facts.weights_load_seconds or 0.0)
-            return replace(facts, weights_load_seconds=slowest)
         # A substring first: most lines are none of these, and the patterns scan the line.
         if "blocks: " in line and (m := V0_BLOCKS.search(line)):
             return replace(facts, kv_cache_blocks=int(m["blocks"]))

@@ -54,7 +54,7 @@ class Startup:
     startup_seconds: float  # from asking for the server to /health answering
     weights_bytes: float | None
     weights_source: str | None  # log | safetensors | config
-    load_seconds: float | None  # weight loading, from the log
+    load_seconds: float | None  # weight loading: the log's weights_load stage
     kv_cache_memory_bytes: float | None
     kv_cache_tokens: int | None
     kv_cache_blocks: int | None
