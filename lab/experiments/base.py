@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, Self, TypeVar
 
+from vllm_glassbox.exporter.own_page import ExporterPage
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.backends.backend import Deployed, FlagOverrides, Terminated
 from vllm_glassbox.lab.backends.server_process import ServerError
@@ -65,9 +66,14 @@ class Served:
 
 
 class ExporterView(Protocol):
-    """The exporter beside the servers, read while a kind runs (`sidecar.ExporterBeside`)."""
+    """The exporter beside the servers, read while a kind runs and at the end of each
+    segment (`sidecar.ExporterBeside`)."""
 
     def read(self, names: Sequence[str]) -> Mapping[str, float]: ...
+
+    def page_since(self, unix_time: float) -> tuple[ExporterPage, bool]:
+        """Its page as of a poll begun after `unix_time`, and whether one came in time."""
+        ...
 
 
 class Services(Protocol):

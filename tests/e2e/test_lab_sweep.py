@@ -110,11 +110,7 @@ def test_a_sweep_against_a_real_vllm_started_with_an_api_key(
         # What `glassbox lab run` builds: the backend that starts vLLM with the key, the
         # lab that presents it, the exporter beside the server with it in a token file.
         backend = make_backend(plan, "local", out, None, progress.note, api_key)
-        beside = ExporterBeside(
-            free_port(),
-            lambda series: lab.results.exporter.append(series),
-            bearer_token_file=api_key.file,
-        )
+        beside = ExporterBeside(free_port(), bearer_token_file=api_key.file)
         lab = Lab(backend, progress, [guard, beside], api_key=api_key, out_dir=out)
         try:
             results = run_lab(plan, lab)

@@ -669,6 +669,11 @@ def test_the_demo_runs_the_exporter_beside_each_server_and_draws_the_dashboards(
             "glassbox_tokens_per_forward_pass",
         ):
             assert values[series] == pytest.approx(lab[name][series], rel=1e-6)
+    # Compared when each segment ended, on a page polled since: every row agrees.
+    compared = results["compared"]
+    assert [c["segment"] for c in compared] == list(segments)
+    assert all(c["polled_since_end"] and c["engine"] is None for c in compared)
+    assert {r["agree"] for c in compared for r in c["rows"]} <= {True, None}
     report = (out / "report.md").read_text()
     assert "## The exporter's live series" in report
     assert "The exporter and the lab agree on every series both have." in report
