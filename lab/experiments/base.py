@@ -55,6 +55,29 @@ class Phase(Protocol):
         ...
 
 
+class SingleServer:
+    """What a phase of one server (one model, no variants) says of its start: the
+    KV-pressure and rate-sweep phases, frozen dataclasses with a `model` and `flags`."""
+
+    model: str | None
+    flags: FlagOverrides
+
+    @property
+    def server_starts(self) -> int:
+        return 1
+
+    def models(self) -> list[tuple[str, str]]:
+        return [("model", self.model)] if self.model is not None else []
+
+    def without_models(self, models: Set[str]) -> tuple[Self, list[str]]:
+        return self, []  # one server, no variants to leave out
+
+    @property
+    def overrides(self) -> FlagOverrides:
+        """The phase's flags, its model (when it names one) as --model."""
+        return {**self.flags, **({"--model": self.model} if self.model else {})}
+
+
 @dataclass
 class Served:
     """One started server, as a kind's run sees it inside `Services.segment`."""

@@ -21,8 +21,7 @@ from vllm_glassbox.lab.vllm.client import Sampler
 
 def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
     """The flood on one server, polled from the empty pool to the last answer."""
-    overrides = {**phase.flags, **({"--model": phase.model} if phase.model else {})}
-    with lab.segment(phase, "", overrides) as served:
+    with lab.segment(phase, "", phase.overrides) as served:
         client = served.client
         model = served.deployed.served_model_name
         bodies = [phase.request.body(model, i=i) for i in range(phase.concurrency)]

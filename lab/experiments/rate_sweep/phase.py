@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 import shlex
 import sys
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vllm_glassbox.exporter.derive import KV_POOL_FULL
 from vllm_glassbox.lab.backends.backend import FlagOverrides
+from vllm_glassbox.lab.experiments.base import SingleServer
 from vllm_glassbox.lab.plan_yaml import (
     MISSING,
     Node,
@@ -53,7 +54,7 @@ class Doubling:
 
 
 @dataclass(frozen=True)
-class RateSweepPhase:
+class RateSweepPhase(SingleServer):
     name: str
     model: str | None
     flags: FlagOverrides
@@ -75,16 +76,6 @@ class RateSweepPhase:
     bench_command: tuple[str, ...]
     seed: int = 0
     kind: str = KIND
-
-    @property
-    def server_starts(self) -> int:
-        return 1
-
-    def models(self) -> list[tuple[str, str]]:
-        return [("model", self.model)] if self.model is not None else []
-
-    def without_models(self, models: Set[str]) -> tuple[RateSweepPhase, list[str]]:
-        return self, []  # one server, no variants to leave out
 
     @property
     def arrivals(self) -> str:

@@ -62,8 +62,7 @@ def _step_rates(phase: RateSweepPhase) -> list[float]:
 
 def run(lab: Services, phase: RateSweepPhase) -> RateSweepResult:
     """Every step against one server, the benchmark's JSON of each kept."""
-    overrides = {**phase.flags, **({"--model": phase.model} if phase.model else {})}
-    with lab.segment(phase, "", overrides) as served:
+    with lab.segment(phase, "", phase.overrides) as served:
         # Short requests first: one-time costs of the first ones (the API server's, the
         # kernels') must not land on the first step.
         warm = {
