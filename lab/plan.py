@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from vllm_glassbox.exporter.weights import gpu_bandwidth
+from vllm_glassbox.exporter.gpus import gpu_bandwidth
 from vllm_glassbox.lab.backends.targets import TINY_PREFIX, KubernetesTarget, LocalTarget
 from vllm_glassbox.lab.backends.tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
 from vllm_glassbox.lab.experiments import KINDS, experiment
