@@ -36,23 +36,6 @@ from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.layout import ParallelLayout
 from vllm_glassbox.exporter.startup_log import StartupFacts
 
-_DTYPE_BYTES = {
-    "F64": 8,
-    "I64": 8,
-    "U64": 8,
-    "F32": 4,
-    "I32": 4,
-    "U32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I16": 2,
-    "U16": 2,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "I8": 1,
-    "U8": 1,
-    "BOOL": 1,
-}
 #: Tensors vLLM casts to the model's dtype when the checkpoint is not quantized.
 _FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 _MAX_HEADER = 100 * 1024 * 1024

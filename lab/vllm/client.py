@@ -55,10 +55,6 @@ def gauge_max(snapshot: Snapshot, name: str) -> float | None:
     return max(values) if values else None
 
 
-def counter_total(snapshot: Snapshot, name: str) -> float:
-    return sum(e.counters.get(name, 0.0) for e in snapshot.engines.values())
-
-
 @dataclass(frozen=True)
 class Completion:
     prompt_tokens: int
