@@ -166,7 +166,8 @@ def request_stats(completions: Sequence[Completion], d: Increase) -> RequestStat
         forward_passes=d[s.ITL_COUNT],
         tokens_per_forward_pass=derive.tokens_per_forward_pass(d),
         decode_seconds=d[s.ITL_SUM],
-        # The core has no prefill series; this is vLLM's own histogram mean.
+        # vLLM's request_prefill_time_seconds over these requests (the exporter's warm
+        # prefill series, without its first requests left out).
         prefill_seconds=derive.request_prefill_seconds(d),
         engine_steps=d[s.ENGINE_STEPS],
         drafts=d[s.SPEC_DRAFTS],

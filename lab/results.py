@@ -5,8 +5,10 @@ results.json is a contract (SPEC §6): every phase has `kind`; quantization has
 ttft_seconds, tpot_seconds` — the median of the measured requests, with
 `tpot_seconds_min`/`_max` beside it) and `fit`; kv-pressure has `kv_cache_blocks,
 kv_cache_tokens, timeline[], max_preemption_jump`; spec-decode has `runs[]`, `speedup`
-and `first_request_prefill_seconds`. A value that could not be measured is null, never
-0 and never NaN.
+and `first_request_prefill_seconds`; rate-sweep has `steps[]`, `knee` and `forecast`
+(docs/lab.md lists every key). Around the phases: the lab's numbers of each segment
+(`segments[]`), the exporter's page at its end (`exporter[]`) and the two compared
+(`compared[]`). A value that could not be measured is null, never 0 and never NaN.
 
 Here are the values every kind shares (a server start, the numbers of some requests, a
 spread) and the run around the phases; each kind's own result is in its module
