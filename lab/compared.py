@@ -62,8 +62,8 @@ COMPARED: tuple[Compared, ...] = (
 COMPARED_NAMES = tuple(c.name for c in COMPARED)
 BY_NAME = {c.name: c for c in COMPARED}
 
-#: Read besides the compared series: whether it sees vLLM, when it last
-#: did, and how many of its polls failed.
+#: Read besides the compared series: whether the exporter sees vLLM, when it last did,
+#: how many of its polls failed, and two series the report shows beside the comparison.
 ALSO_READ = (
     "glassbox_target_up",
     "glassbox_last_scrape_success_timestamp_seconds",
