@@ -10,7 +10,7 @@ PYTEST := $(PY) -m pytest -p no:cacheprovider
 help:
 	@echo "make generate   rewrite every generated file from its source"
 	@echo "make lint       ruff check, ruff format --check, mypy (strict)"
-	@echo "make test       unit tests: no vLLM, no docker, no Prometheus, nothing slow (< 1 min)"
+	@echo "make test       unit tests: no vLLM, no docker, no Prometheus, nothing slow (about 2 min)"
 	@echo "make test-e2e   every test, end-to-end ones on real vLLM and Prometheus included"
 
 # Dashboards from their Python sources, then the chart's copies of them and of the rules,

@@ -48,7 +48,7 @@ from vllm_glassbox.dashboards.grafana import (  # noqa: E402
     substitute,
     time_range,
 )
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess  # noqa: E402
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess  # noqa: E402
 from vllm_glassbox.prometheus import Prometheus  # noqa: E402
 
 from tests.fleet import EXPORTER_JOB, VLLM_JOB, Fleet, plan_pods, serve  # noqa: E402

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import httpx
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
-from vllm_glassbox.lab.server_process import ServerProcess
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.server_process import ServerProcess
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 from vllm_glassbox.ticker import ticks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

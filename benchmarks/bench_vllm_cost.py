@@ -19,7 +19,7 @@ The ways of polling (`MODES`):
   where vLLM mounts prometheus_client's own ASGI app (which honours `name[]`).
 
 Each server is measured alone, then beside a real Prometheus scraping it every second
-(Debian's, `lab/prometheus_process.py`): the idle blocks then contain Prometheus' scrapes,
+(Debian's, `lab/backends/prometheus_process.py`): the idle blocks then contain Prometheus' scrapes,
 whose own cost is the difference of the two idle rates. Pages: one engine, and two
 data-parallel engines (`--data-parallel-size 2`, one API server).
 
@@ -47,9 +47,9 @@ from urllib.parse import quote
 import httpx
 from vllm_glassbox.exporter.fetch import Fetcher
 from vllm_glassbox.exporter.snapshot import WANTED_SAMPLES
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess, scrape_config
-from vllm_glassbox.lab.server_process import ServerProcess
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess, scrape_config
+from vllm_glassbox.lab.backends.server_process import ServerProcess
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 
 TICK = os.sysconf("SC_CLK_TCK")
 MODES = ("exporter", "keep-alive", "gzip", "filtered")

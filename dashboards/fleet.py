@@ -8,9 +8,195 @@ lines across namespaces are sums of those records.
 
 from __future__ import annotations
 
-from vllm_glassbox.dashboards import panels as p
-from vllm_glassbox.dashboards.common import Row
+from grafanalib.core import Panel
+from vllm_glassbox.dashboards import queries as q
+from vllm_glassbox.dashboards.common import (
+    NUMBER,
+    PER_SECOND,
+    RATIO,
+    SECONDS,
+    TOKENS_PER_SECOND,
+    Q,
+    Row,
+    table,
+    timeseries,
+)
 from vllm_glassbox.dashboards.common import dashboard as _dashboard
+from vllm_glassbox.dashboards.exporter_help import per_engine
+from vllm_glassbox.dashboards.panels import (
+    ANY_PREEMPTION,
+    KV_THRESHOLDS,
+    NO_DECODE,
+    NO_PEAK,
+    YOUNG,
+    fleet_q,
+)
+
+_PER_NAMESPACE_LEGEND = "{{model_name}} {{namespace}} {{cluster}}"
+
+
+_SERVER_COLUMNS = ["cluster", "namespace", "model_name", "instance", "Value"]
+
+
+_WORST = f"The {q.SHOWN_SERVERS} worst at the end of the range, from the exporters' series."
+
+
+def fleet_servers() -> Panel:
+    return timeseries(
+        "vLLM servers per model and namespace",
+        "vLLM targets scraped that serve each model (vllm:num_requests_running: one series "
+        "per engine, grouped per server).",
+        [Q(q.SERVERS, _PER_NAMESPACE_LEGEND)],
+        NUMBER,
+    )
+
+
+def fleet_off_bandwidth_count() -> Panel:
+    return timeseries(
+        "Servers off the bandwidth line",
+        f"Servers whose slowest engine is under {q.BANDWIDTH_LOW:.0%} (the threshold of "
+        "VLLMDecodeBandwidthLow), per model and namespace. "
+        f"{per_engine('glassbox_memory_bandwidth_utilization_ratio')}" + NO_PEAK,
+        [Q(q.OFF_BANDWIDTH_COUNT, _PER_NAMESPACE_LEGEND)],
+        NUMBER,
+    )
+
+
+def fleet_preempting_count() -> Panel:
+    return timeseries(
+        "Servers preempting",
+        "Servers with any preemption over the exporter's window (above 0 on any engine), "
+        f"per model and namespace. {per_engine('glassbox_preemptions_per_second')} Empty "
+        "while no server preempts.",
+        [Q(q.PREEMPTING_COUNT, _PER_NAMESPACE_LEGEND)],
+        NUMBER,
+    )
+
+
+def fleet_out_of_headroom_count() -> Panel:
+    return timeseries(
+        "Servers out of KV headroom",
+        "Servers where not one more request fits in any engine's KV pool (summed over "
+        "engines, under 1), per model and namespace. "
+        f"{per_engine('glassbox_kv_cache_headroom_requests')} Absent while no request runs.",
+        [Q(q.OUT_OF_HEADROOM_COUNT, _PER_NAMESPACE_LEGEND)],
+        NUMBER,
+    )
+
+
+def fleet_off_bandwidth_servers() -> Panel:
+    return table(
+        "Furthest off the bandwidth line",
+        f"The slowest engine of each server, under {q.BANDWIDTH_LOW:.0%}. {_WORST} "
+        f"{per_engine('glassbox_memory_bandwidth_utilization_ratio')}" + NO_PEAK,
+        [Q(q.OFF_BANDWIDTH_SERVERS)],
+        _SERVER_COLUMNS,
+    )
+
+
+def fleet_preempting_servers() -> Panel:
+    return table(
+        "Preempting most",
+        f"Preemptions per second of each server, summed over engines, above 0. {_WORST} "
+        f"{per_engine('glassbox_preemptions_per_second')} Empty while no server preempts.",
+        [Q(q.PREEMPTING_SERVERS)],
+        _SERVER_COLUMNS,
+    )
+
+
+def fleet_out_of_headroom_servers() -> Panel:
+    return table(
+        "Out of KV headroom",
+        f"Requests that still fit, summed over engines, under 1. {_WORST} "
+        f"{per_engine('glassbox_kv_cache_headroom_requests')} Empty while every server has "
+        "room for one more request of its current size, or runs none.",
+        [Q(q.OUT_OF_HEADROOM_SERVERS)],
+        _SERVER_COLUMNS,
+    )
+
+
+def fleet_firing_alerts() -> Panel:
+    return table(
+        "Firing alerts per namespace",
+        "Prometheus' ALERTS in state firing, counted per cluster, namespace and alert: the "
+        "namespace is the route each one takes (alerts/runbook.md). Empty while no glassbox "
+        "alert fires.",
+        [Q(q.FIRING_ALERTS)],
+        ["cluster", "namespace", "alertname", "Value"],
+    )
+
+
+def fleet_generation_by_namespace() -> Panel:
+    return timeseries(
+        "Generated tokens per model and namespace",
+        "Recording rule namespace_job_model_name:vllm_generation_tokens:rate5m per "
+        "namespace; dashed: summed over namespaces per model." + YOUNG,
+        [
+            Q(q.GENERATION_TOKENS_FLEET, _PER_NAMESPACE_LEGEND),
+            fleet_q(q.GENERATION_TOKENS_BY_MODEL, "{{model_name}}, all namespaces"),
+        ],
+        TOKENS_PER_SECOND,
+    )
+
+
+def fleet_tpot_by_namespace() -> Panel:
+    return timeseries(
+        "TPOT per model and namespace",
+        "Recording rule namespace_job_model_name:vllm_time_per_output_token_seconds:rate5m "
+        "per namespace (a ratio: never averaged across namespaces)." + NO_DECODE,
+        [Q(q.TPOT_FLEET, _PER_NAMESPACE_LEGEND)],
+        SECONDS,
+    )
+
+
+def fleet_kv_usage_by_namespace() -> Panel:
+    return timeseries(
+        "KV usage per model and namespace, fullest engine",
+        "Recording rule namespace_job_model_name:vllm_kv_cache_usage:max: the fullest "
+        "engine of the namespace's servers.",
+        [Q(q.KV_USAGE_FLEET, _PER_NAMESPACE_LEGEND)],
+        RATIO,
+        thresholds=KV_THRESHOLDS,
+    )
+
+
+def fleet_preemptions_by_namespace() -> Panel:
+    return timeseries(
+        "Preemptions per model and namespace",
+        "Recording rule namespace_job_model_name:vllm_num_preemptions:rate5m per namespace; "
+        "dashed: summed over namespaces per model.",
+        [
+            Q(q.PREEMPTIONS_FLEET, _PER_NAMESPACE_LEGEND),
+            fleet_q(q.PREEMPTIONS_BY_MODEL, "{{model_name}}, all namespaces"),
+        ],
+        PER_SECOND,
+        thresholds=ANY_PREEMPTION,
+    )
+
+
+def fleet_waiting_by_namespace() -> Panel:
+    return timeseries(
+        "Requests waiting per model and namespace",
+        "Recording rule namespace_job_model_name:vllm_num_requests_waiting:sum per "
+        "namespace; dashed: summed over namespaces per model.",
+        [
+            Q(q.WAITING_FLEET, _PER_NAMESPACE_LEGEND),
+            fleet_q(q.WAITING_BY_MODEL, "{{model_name}}, all namespaces"),
+        ],
+        NUMBER,
+    )
+
+
+def fleet_headroom_by_namespace() -> Panel:
+    return timeseries(
+        "KV headroom per model and namespace",
+        "Recording rule namespace_job_model_name:glassbox_kv_cache_headroom_requests:sum: "
+        "whole requests of the current mean size that still fit, over the namespace's "
+        "engines. Absent while no request runs.",
+        [Q(q.KV_HEADROOM_FLEET, _PER_NAMESPACE_LEGEND)],
+        NUMBER,
+    )
+
 
 dashboard = _dashboard(
     uid="glassbox-fleet",
@@ -22,30 +208,30 @@ dashboard = _dashboard(
         Row(
             "Servers that stand out, per model and namespace",
             [
-                (p.fleet_servers(), 6),
-                (p.fleet_off_bandwidth_count(), 6),
-                (p.fleet_preempting_count(), 6),
-                (p.fleet_out_of_headroom_count(), 6),
+                (fleet_servers(), 6),
+                (fleet_off_bandwidth_count(), 6),
+                (fleet_preempting_count(), 6),
+                (fleet_out_of_headroom_count(), 6),
             ],
         ),
         Row(
             "The worst servers",
             [
-                (p.fleet_off_bandwidth_servers(), 8),
-                (p.fleet_preempting_servers(), 8),
-                (p.fleet_out_of_headroom_servers(), 8),
-                (p.fleet_firing_alerts(), 24),
+                (fleet_off_bandwidth_servers(), 8),
+                (fleet_preempting_servers(), 8),
+                (fleet_out_of_headroom_servers(), 8),
+                (fleet_firing_alerts(), 24),
             ],
         ),
         Row(
             "Per model and namespace (recording rules, 5 m)",
             [
-                (p.fleet_generation_by_namespace(), 8),
-                (p.fleet_tpot_by_namespace(), 8),
-                (p.fleet_kv_usage_by_namespace(), 8),
-                (p.fleet_preemptions_by_namespace(), 8),
-                (p.fleet_waiting_by_namespace(), 8),
-                (p.fleet_headroom_by_namespace(), 8),
+                (fleet_generation_by_namespace(), 8),
+                (fleet_tpot_by_namespace(), 8),
+                (fleet_kv_usage_by_namespace(), 8),
+                (fleet_preemptions_by_namespace(), 8),
+                (fleet_waiting_by_namespace(), 8),
+                (fleet_headroom_by_namespace(), 8),
             ],
         ),
     ],

@@ -184,7 +184,6 @@ TARGET_UP = f"min by (job, instance) (glassbox_target_up{{{TARGET}}})"
 SCRAPE_DURATION = fact("glassbox_scrape_duration_seconds")
 SCRAPE_ERRORS = f"sum by (reason) (rate(glassbox_scrape_errors_total{{{TARGET}}}{RATE}))"
 RESTARTS_IN_RANGE = f"sum(increase(glassbox_target_restarts_total{{{TARGET}}}[$__range]))"
-VLLM_VERSION = fact("glassbox_vllm_info")
 
 # --- the fleet: per model and namespace, and the servers that stand out -----------------
 

@@ -18,9 +18,10 @@ from vllm_glassbox.exporter.fetch import (
     read_token,
     tls_context,
 )
+from vllm_glassbox.exporter.gpus import gpu_bandwidth
 from vllm_glassbox.exporter.service import ExporterConfig, serve
 from vllm_glassbox.exporter.webconfig import WebConfigError, load_web_config
-from vllm_glassbox.exporter.weights import gpu_bandwidth, read_checkpoint
+from vllm_glassbox.exporter.weights import read_checkpoint
 from vllm_glassbox.helptext import examples
 from vllm_glassbox.logs import add_log_flags, set_up_logging
 from vllm_glassbox.units import (

@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.startup_log import ColdStart, read_cold_starts
 from vllm_glassbox.units import GIB
 
 
@@ -321,6 +321,11 @@ def marginal_weight_read_bandwidth(slope_seconds_per_gib: float) -> float | None
 
 # --- KV cache ---------------------------------------------------------------------------
 
+#: KV usage from which a pool counts as full: vLLM preempts once it cannot grow a running
+#: request's blocks, which a pool of whole blocks reaches short of 100 %. The lab's acts,
+#: the dashboards' threshold and VLLMKVCacheSaturated's (tests/rules/test_pool_full.py).
+KV_POOL_FULL = 0.95
+
 
 def kv_cache_blocks(cache: s.CacheConfig | None) -> int | None:
     """KV blocks of one engine: vLLM labels every engine with the sum over engines."""
@@ -489,44 +494,73 @@ class StartupStages:
         return {name: value for name, value in values.items() if value is not None}
 
 
-def startup_seconds(cold: ColdStart) -> float | None:
-    """Process start to ready: the log's time from the server-version line to the API
-    server's "Starting vLLM … server … on" line."""
-    if cold.started_at is None or cold.ready_at is None:
-        return None
-    return cold.started_at.seconds_until(cold.ready_at)
+class LoggedStart(Protocol):
+    """One start of vLLM as its log states it: seconds per process that wrote a stage's
+    line (ranks work side by side), as the log reader gives them (`cold_start.ColdStart`)."""
+
+    @property
+    def model_load_seconds(self) -> Mapping[str, float]: ...
+
+    @property
+    def weights_load_seconds(self) -> Mapping[str, float]: ...
+
+    @property
+    def compile_seconds(self) -> Mapping[str, float]: ...
+
+    @property
+    def cuda_graph_seconds(self) -> Mapping[str, float]: ...
+
+    @property
+    def engine_init_seconds(self) -> float | None:
+        """The slowest engine's "init engine", compile and graph capture included."""
+        ...
+
+    @property
+    def engine_init_compile_seconds(self) -> float | None:
+        """Its "(compilation: S s)": vLLM's own total over its models."""
+        ...
+
+    @property
+    def ready_after_seconds(self) -> float | None:
+        """Process start to ready, on the log's clock."""
+        ...
+
+    @property
+    def ranks_unknown(self) -> bool:
+        """A stage line did not tell its rank (a prefix of no known shape, Ray's
+        deduplication): no rank's seconds can be told the slowest."""
+        ...
 
 
-def startup_stages(cold: ColdStart) -> StartupStages:
+def weights_load_seconds(
+    model_load: Mapping[str, float], weights_load: Mapping[str, float]
+) -> float | None:
+    """How long loading the weights took: the slowest process's "Model loading took" (the
+    whole load), else its "Loading weights took" (the CPU build logs only the weight read)."""
+    slowest = _slowest(model_load)
+    return slowest if slowest is not None else _slowest(weights_load)
+
+
+def startup_stages(start: LoggedStart) -> StartupStages:
     """The stages of one start (see StartupStages); none but the total when a stage line
     does not tell its rank (a prefix glassbox does not know, a line Ray deduplicated)."""
-    if cold.ranks_unknown:
-        return StartupStages(None, None, None, None, None, startup_seconds(cold))
-    # "Model loading took" covers the whole load; the CPU build logs only the weight read.
-    weights_load = _slowest(cold.model_load_seconds)
-    if weights_load is None:
-        weights_load = _slowest(cold.weights_load_seconds)
-    # The init-engine line's "(compilation: S s)" is vLLM's own total over its models.
-    compile_ = cold.engine_init_compile_seconds
+    total = start.ready_after_seconds
+    if start.ranks_unknown:
+        return StartupStages(None, None, None, None, None, total)
+    weights_load = weights_load_seconds(start.model_load_seconds, start.weights_load_seconds)
+    compile_ = start.engine_init_compile_seconds
     if compile_ is None:
-        compile_ = _slowest(cold.compile_seconds)
-    graphs = _slowest(cold.cuda_graph_seconds)
+        compile_ = _slowest(start.compile_seconds)
+    graphs = _slowest(start.cuda_graph_seconds)
     engine_init = None
-    if cold.engine_init_seconds is not None:
+    if start.engine_init_seconds is not None:
         inside = (compile_ or 0.0) + (graphs or 0.0)
-        engine_init = max(cold.engine_init_seconds - inside, 0.0)
-    total = startup_seconds(cold)
+        engine_init = max(start.engine_init_seconds - inside, 0.0)
     other = None
     if total is not None:
         logged = (weights_load or 0.0) + (compile_ or 0.0) + (graphs or 0.0) + (engine_init or 0.0)
         other = max(total - logged, 0.0)
     return StartupStages(weights_load, compile_, graphs, engine_init, other, total)
-
-
-def latest_startup_stages(log_text: str) -> StartupStages | None:
-    """The stages of the last start in a server's log (the lab's per-variant figures)."""
-    starts = read_cold_starts(log_text)
-    return startup_stages(starts[-1]) if starts else None
 
 
 def model_load_bytes_per_second(

@@ -20,6 +20,7 @@ from typing import Literal
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from vllm_glassbox.build import Build
 from vllm_glassbox.exporter import series
+from vllm_glassbox.exporter.cold_start import ColdStart
 from vllm_glassbox.exporter.derive import (
     FirstRequests,
     Increase,
@@ -40,7 +41,6 @@ from vllm_glassbox.exporter.errors import ERROR_REASONS
 from vllm_glassbox.exporter.kv_trend import Growth, KvPool
 from vllm_glassbox.exporter.layout import ParallelLayout
 from vllm_glassbox.exporter.snapshot import RUNNING, EngineKey, Snapshot
-from vllm_glassbox.exporter.startup_log import ColdStart
 from vllm_glassbox.exporter.weights import Weights
 
 

@@ -13,7 +13,7 @@ from vllm_glassbox.helptext import examples
 # pays for matplotlib or the Kubernetes client.
 _PARTS: dict[str, tuple[str, str]] = {
     "exporter": ("vllm_glassbox.exporter.cli", "Serve derived series next to one vLLM server."),
-    "lab": ("vllm_glassbox.lab.cli", "Run the three experiments against a real vLLM."),
+    "lab": ("vllm_glassbox.lab.cli", "Run the lab's experiments against a real vLLM."),
     "demo": (
         "vllm_glassbox.lab.demo",
         "The whole story on this machine: vLLM on CPU, lab, report.",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from vllm_glassbox.exporter import derive, series
 from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.cold_start import latest_start
 from vllm_glassbox.exporter.derive import Increase
 from vllm_glassbox.exporter.layout import resolve_layout
 from vllm_glassbox.exporter.snapshot import Snapshot, first_cache
@@ -30,8 +31,8 @@ from vllm_glassbox.exporter.weights import (
     resolve_weights,
 )
 from vllm_glassbox.lab.compared import COMPARED
-from vllm_glassbox.lab.measure import Completion
 from vllm_glassbox.lab.results import RequestStats, Startup
+from vllm_glassbox.lab.vllm.client import Completion
 from vllm_glassbox.units import GIB
 
 # --- one server start ----------------------------------------------------------------------
@@ -66,6 +67,7 @@ def startup_facts(
     quantization vLLM applies from its engine-config line, else the checkpoint's config.
     """
     facts = read_facts(startup_log)
+    stages = startup_stages(startup_log)
     engines = len(snapshot.engines) if snapshot is not None else None
     layout = resolve_layout(facts, engines=engines)
     weights = resolve_weights(None, facts, checkpoint(), layout)
@@ -76,7 +78,7 @@ def startup_facts(
         startup_seconds=startup_seconds,
         weights_bytes=weights.bytes if weights else None,
         weights_source=weights.source if weights else None,
-        load_seconds=facts.model_load_seconds or facts.weights_load_seconds,
+        load_seconds=stages.get("weights_load"),
         kv_cache_memory_bytes=derive.kv_cache_memory_bytes(cache, facts.kv_cache_memory_bytes),
         kv_cache_tokens=kv_tokens,
         kv_cache_blocks=derive.kv_cache_blocks(cache),
@@ -86,7 +88,7 @@ def startup_facts(
         quantization=engine_quantization(startup_log) or config_quantization(model_dir),
         load_format=engine_setting(startup_log, "load_format"),
         unquantized_bytes=unquantized_weights(model_dir),
-        stages=startup_stages(startup_log),
+        stages=stages,
         default_repetition_penalty=generation_default(model_dir, "repetition_penalty"),
         tensor_parallel=layout.tensor,
         active_weights_bytes=weights.active_bytes if weights else None,
@@ -96,8 +98,8 @@ def startup_facts(
 def startup_stages(startup_log: str) -> dict[str, float]:
     """The latest start's stages as the exporter reads them (`derive.startup_stages`);
     a stage the version does not log is absent."""
-    stages = derive.latest_startup_stages(startup_log)
-    return stages.by_stage() if stages else {}
+    start = latest_start(startup_log)
+    return derive.startup_stages(start).by_stage() if start else {}
 
 
 def engine_setting(startup_log: str, key: str) -> str | None:
@@ -164,7 +166,8 @@ def request_stats(completions: Sequence[Completion], d: Increase) -> RequestStat
         forward_passes=d[s.ITL_COUNT],
         tokens_per_forward_pass=derive.tokens_per_forward_pass(d),
         decode_seconds=d[s.ITL_SUM],
-        # The core has no prefill series; this is vLLM's own histogram mean.
+        # vLLM's request_prefill_time_seconds over these requests (the exporter's warm
+        # prefill series, without its first requests left out).
         prefill_seconds=derive.request_prefill_seconds(d),
         engine_steps=d[s.ENGINE_STEPS],
         drafts=d[s.SPEC_DRAFTS],

@@ -22,16 +22,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vllm_glassbox.helptext import examples
-from vllm_glassbox.lab.backend import Backend
-from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
-from vllm_glassbox.lab.credentials import ApiKey, key_source, open_api_key
+from vllm_glassbox.lab.backends.backend import Backend
+from vllm_glassbox.lab.backends.backend import exit_code as stopped_exit_code
+from vllm_glassbox.lab.backends.server_process import DEFAULT_COMMAND, free_port
 from vllm_glassbox.lab.launch import run_plan
 from vllm_glassbox.lab.plan import Plan, PlanError, resolve_plan
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.results import LabResults
 from vllm_glassbox.lab.runner import STOPPED
-from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, free_port
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, Observer, PhaseInfo
+from vllm_glassbox.lab.vllm.credentials import ApiKey, key_source, open_api_key
 from vllm_glassbox.logs import add_log_flags, set_up_logging
 from vllm_glassbox.units import parse_host_port
 
@@ -127,14 +127,14 @@ def make_backend(
     api_key: ApiKey | None = None,
 ) -> Backend:
     if kind == "local":
-        from vllm_glassbox.lab.local import LocalBackend
+        from vllm_glassbox.lab.backends.local import LocalBackend
 
         assert plan.local is not None
         # The plan's key guards the server the lab starts: vLLM reads VLLM_API_KEY as it
         # reads --api-key, and the key stays off the command line and out of its log.
         env = {"VLLM_API_KEY": api_key.value} if api_key else None
         return LocalBackend(plan.local, out / "logs", server_command or DEFAULT_COMMAND, env=env)
-    from vllm_glassbox.lab.kubernetes import KubernetesBackend, Timeouts
+    from vllm_glassbox.lab.backends.kubernetes import KubernetesBackend, Timeouts
 
     target = plan.kubernetes
     assert target is not None

@@ -22,16 +22,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from vllm_glassbox.helptext import examples
-from vllm_glassbox.lab.backend import exit_code as stopped_exit_code
+from vllm_glassbox.lab.backends.backend import exit_code as stopped_exit_code
+from vllm_glassbox.lab.backends.local import LocalBackend
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess, scrape_config
+from vllm_glassbox.lab.backends.server_process import DEFAULT_COMMAND, ServerError, free_port
+from vllm_glassbox.lab.backends.targets import TINY_PREFIX
 from vllm_glassbox.lab.experiments.base import Phase
 from vllm_glassbox.lab.launch import run_plan
-from vllm_glassbox.lab.local import LocalBackend
-from vllm_glassbox.lab.plan import TINY_PREFIX, Plan, PlanError, resolve_plan
+from vllm_glassbox.lab.plan import Plan, PlanError, resolve_plan
 from vllm_glassbox.lab.progress import Progress
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess, scrape_config
 from vllm_glassbox.lab.report import summary_lines
 from vllm_glassbox.lab.runner import STOPPED
-from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, ServerError, free_port
 from vllm_glassbox.lab.sidecar import LOOPBACK
 from vllm_glassbox.lab.telemetry import PhaseInfo
 

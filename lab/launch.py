@@ -14,16 +14,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from vllm_glassbox.lab.backend import Backend
-from vllm_glassbox.lab.credentials import ApiKey
+from vllm_glassbox.lab.backends.backend import Backend
 from vllm_glassbox.lab.membench import measure_peak
 from vllm_glassbox.lab.plan import Plan
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.report import dashboard_images, write_outputs
-from vllm_glassbox.lab.results import ExporterSeries, LabResults, Peak
+from vllm_glassbox.lab.results import LabResults, Peak
 from vllm_glassbox.lab.runner import Lab, run_lab
 from vllm_glassbox.lab.sidecar import ExporterBeside
 from vllm_glassbox.lab.telemetry import Observer
+from vllm_glassbox.lab.vllm.credentials import ApiKey
 
 
 def resolve_peak(plan: Plan, progress: Progress) -> Peak | None:
@@ -63,13 +63,8 @@ def run_plan(
     watching = list(observers)
     exporter = None
     if exporter_port is not None:
-
-        def keep(series: ExporterSeries) -> None:
-            lab.results.exporter.append(series)  # the results of the run under way
-
         exporter = ExporterBeside(
             exporter_port,
-            keep,
             peak.bytes_per_second if peak else None,
             bearer_token_file=api_key.file if api_key else None,
         )

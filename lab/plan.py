@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from vllm_glassbox.exporter.weights import gpu_bandwidth
-from vllm_glassbox.lab.credentials import ApiKeySource
+from vllm_glassbox.exporter.gpus import gpu_bandwidth
+from vllm_glassbox.lab.backends.targets import TINY_PREFIX, KubernetesTarget, LocalTarget
+from vllm_glassbox.lab.backends.tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
 from vllm_glassbox.lab.experiments import KINDS, experiment
 from vllm_glassbox.lab.experiments.base import Phase
 from vllm_glassbox.lab.plan_yaml import (
@@ -33,10 +34,9 @@ from vllm_glassbox.lab.plan_yaml import (
     text,
     unique,
 )
-from vllm_glassbox.lab.tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
+from vllm_glassbox.lab.vllm.credentials import ApiKeySource
 from vllm_glassbox.units import GIB
 
-TINY_PREFIX = "tiny:"
 #: Largest random checkpoint a plan may ask to write; bigger models use vLLM's dummy loader.
 MAX_CHECKPOINT_BYTES = 4 * GIB
 _PHASE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -52,29 +52,6 @@ class PlanError(ValueError):
 
 
 # --- the plan's types -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LocalTarget:
-    """vLLM as a child process: its base args, and tiny models generated on demand."""
-
-    args: tuple[str, ...]
-    tiny_models: Mapping[str, TinyModelSpec]
-    model_cache: Path
-    startup_timeout_seconds: float
-    env: Mapping[str, str] = field(default_factory=dict)  # for the server process
-    exporter: bool = False  # run `glassbox exporter` beside each server (its series: report)
-
-
-@dataclass(frozen=True)
-class KubernetesTarget:
-    """vLLM as a Deployment whose container args are patched per phase."""
-
-    namespace: str
-    deployment: str
-    container: str
-    url: str  # the Service, as reachable from the lab
-    rollout_timeout_seconds: float
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,12 @@ import tempfile
 from pathlib import Path
 
 from vllm_glassbox.lab import findings
-from vllm_glassbox.lab.compared import COMPARED
+from vllm_glassbox.lab.compared import BY_NAME
 from vllm_glassbox.lab.experiments import for_body
 from vllm_glassbox.lab.report_format import (
     error_block,
     first_line,
     gbs,
-    integer,
     num,
     percent,
     table,
@@ -228,27 +227,25 @@ def _exporter_section(results: LabResults) -> list[str]:
         f"they differ by at most {findings.AGREEMENT:.0%}.",
         "",
     ]
-    lab_values = {s.segment: s.values for s in results.segments}
     rows = []
     disagreements = []
-    for e in results.exporter:
-        mine = lab_values.get(e.segment, {})
-        for compared in COMPARED:
-            title, scale = compared.title, compared.scale
-            exported, measured = e.values.get(compared.name), mine.get(compared.name)
-            if exported is None and measured is None:
-                continue
-            agreed = findings.agree(exported, measured)
-            if agreed is False:
-                disagreements.append(f"{e.segment} {title}")
+    stale = []
+    for c in results.compared:
+        if c.stale:
+            stale.append(c.label)
+        for row in c.rows:
+            compared = BY_NAME[row.name]
+            if row.agree is False:
+                disagreements.append(f"{c.label} {compared.title}")
+            verdict = {True: "yes", False: "**no**", None: "–"}[row.agree]
             rows.append(
                 [
-                    e.segment,
-                    title,
-                    integer(exported) if title == "KV tokens" else num(exported, 4, scale),
-                    integer(measured) if title == "KV tokens" else num(measured, 4, scale),
-                    percent(findings.difference(exported, measured), signed=True),
-                    {True: "yes", False: "**no**", None: "–"}[agreed],
+                    c.label,
+                    compared.title,
+                    compared.text(row.exporter),
+                    compared.text(row.lab),
+                    percent(row.difference, signed=True),
+                    "stale" if c.stale else verdict,
                 ]
             )
     out += table(["segment", "series", "exporter", "lab", "difference", "agree"], rows)
@@ -265,14 +262,21 @@ def _exporter_section(results: LabResults) -> list[str]:
             + ".",
             "",
         ]
-    out += [
-        (
-            "The exporter and the lab agree on every series both have."
-            if not disagreements
-            else f"**They disagree** on: {', '.join(disagreements)}."
-        ),
-        "",
-    ]
+    if stale:
+        out += [
+            "**Stale**: the exporter had not polled vLLM since the workload of "
+            + ", ".join(stale)
+            + " ended when its page was read: its values there are older than the lab's, "
+            "not compared.",
+            "",
+        ]
+    if disagreements:
+        closing = f"**They disagree** on: {', '.join(disagreements)}."
+    elif stale:
+        closing = "The exporter and the lab agree on every series both have on a fresh page."
+    else:
+        closing = "The exporter and the lab agree on every series both have."
+    out += [closing, ""]
     series = {t: p for t, p in results.images.items() if t.startswith("exporter")}
     out += [f"![{title}]({path})" for title, path in series.items()]
     return [*out, ""]

@@ -7,12 +7,15 @@ Pure: values in, text or PNG bytes out.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from vllm_glassbox.lab.results import PhaseResult, Spread, Startup
 from vllm_glassbox.units import GIB
+
+T = TypeVar("T")
 
 
 def num(value: float | None, digits: int = 3, scale: float = 1.0) -> str:
@@ -58,6 +61,19 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return [*lines, ""]
+
+
+@dataclass(frozen=True)
+class Column(Generic[T]):
+    """One column of a report table, declared once: its title, and its cell for one row."""
+
+    title: str
+    cell: Callable[[T], str]
+
+
+def table_of(columns: Sequence[Column[T]], rows: Iterable[T]) -> list[str]:
+    """A table with one line per row, each column's cell beside its title."""
+    return table([c.title for c in columns], [[c.cell(row) for c in columns] for row in rows])
 
 
 def when(unix: float | None) -> str:

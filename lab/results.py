@@ -5,8 +5,10 @@ results.json is a contract (SPEC §6): every phase has `kind`; quantization has
 ttft_seconds, tpot_seconds` — the median of the measured requests, with
 `tpot_seconds_min`/`_max` beside it) and `fit`; kv-pressure has `kv_cache_blocks,
 kv_cache_tokens, timeline[], max_preemption_jump`; spec-decode has `runs[]`, `speedup`
-and `first_request_prefill_seconds`. A value that could not be measured is null, never
-0 and never NaN.
+and `first_request_prefill_seconds`; rate-sweep has `steps[]`, `knee` and `forecast`
+(docs/lab.md lists every key). Around the phases: the lab's numbers of each segment
+(`segments[]`), the exporter's page at its end (`exporter[]`) and the two compared
+(`compared[]`). A value that could not be measured is null, never 0 and never NaN.
 
 Here are the values every kind shares (a server start, the numbers of some requests, a
 spread) and the run around the phases; each kind's own result is in its module
@@ -54,7 +56,7 @@ class Startup:
     startup_seconds: float  # from asking for the server to /health answering
     weights_bytes: float | None
     weights_source: str | None  # log | safetensors | config
-    load_seconds: float | None  # weight loading, from the log
+    load_seconds: float | None  # weight loading: the log's weights_load stage
     kv_cache_memory_bytes: float | None
     kv_cache_tokens: int | None
     kv_cache_blocks: int | None
@@ -174,6 +176,43 @@ class SegmentNumbers:
 
 
 @dataclass(frozen=True)
+class ComparedRow:
+    """One series of one segment (and engine): both values, and what they say together."""
+
+    name: str  # the exporter's series
+    exporter: float | None
+    lab: float | None
+    difference: float | None  # exporter / lab − 1
+    agree: bool | None  # None: not both known, or the exporter's page was stale
+
+
+@dataclass(frozen=True)
+class SegmentComparison:
+    """The exporter against the lab over one segment, on one engine of its server."""
+
+    segment: str
+    engine: str | None  # the engine's label where the server had several; else None
+    polled_since_end: bool  # the exporter's page was of a poll begun after the segment
+    rows: tuple[ComparedRow, ...]
+
+    @property
+    def label(self) -> str:
+        return self.segment if self.engine is None else f"{self.segment} (engine {self.engine})"
+
+    @property
+    def stale(self) -> bool:
+        return not self.polled_since_end
+
+    def to_json(self) -> JSON:
+        return {
+            "segment": self.segment,
+            "engine": self.engine,
+            "polled_since_end": self.polled_since_end,
+            "rows": [asdict(row) for row in self.rows],
+        }
+
+
+@dataclass(frozen=True)
 class Peak:
     """The hardware's peak memory bandwidth the run compared against."""
 
@@ -195,6 +234,8 @@ class LabResults:
     phases: list[PhaseResult] = field(default_factory=list)
     exporter: list[ExporterSeries] = field(default_factory=list)
     segments: list[SegmentNumbers] = field(default_factory=list)
+    #: The exporter against the lab, built when each segment ended (`lab/compared.py`).
+    compared: list[SegmentComparison] = field(default_factory=list)
     images: dict[str, str] = field(default_factory=dict)  # title -> path in the output dir
     notes: list[str] = field(default_factory=list)
     version: str = ""
@@ -216,6 +257,7 @@ class LabResults:
             "phases": [p.to_json() for p in self.phases],
             "exporter": [asdict(e) for e in self.exporter],
             "segments": [{"segment": s.segment, "values": s.values} for s in self.segments],
+            "compared": [c.to_json() for c in self.compared],
             "images": self.images,
             "empty_panels": self.empty_panels,
             "notes": self.notes,

@@ -21,10 +21,11 @@ from pathlib import Path
 
 from vllm_glassbox import __version__
 from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.derive import snapshot_increases
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
-from vllm_glassbox.lab.backend import Backend, FlagOverrides, Terminated, restoring
-from vllm_glassbox.lab.credentials import ApiKey
+from vllm_glassbox.lab.backends.backend import Backend, FlagOverrides, Terminated, restoring
+from vllm_glassbox.lab.compared import KEPT, compare_segment
 from vllm_glassbox.lab.experiments import for_phase
 from vllm_glassbox.lab.experiments.base import (
     STOPPED,
@@ -34,11 +35,26 @@ from vllm_glassbox.lab.experiments.base import (
     Served,
     describe_error,
 )
-from vllm_glassbox.lab.measure import Completion, LabError, Measured, Sampler, VllmClient, increase
 from vllm_glassbox.lab.plan import Plan
 from vllm_glassbox.lab.progress import Progress, number_text
-from vllm_glassbox.lab.results import LabResults, Peak, PhaseResult, SegmentNumbers, Startup
+from vllm_glassbox.lab.results import (
+    ExporterSeries,
+    LabResults,
+    Peak,
+    PhaseResult,
+    SegmentNumbers,
+    Startup,
+)
 from vllm_glassbox.lab.telemetry import Observer, Segment
+from vllm_glassbox.lab.vllm.client import (
+    Completion,
+    LabError,
+    Measured,
+    Sampler,
+    VllmClient,
+    increase,
+)
+from vllm_glassbox.lab.vllm.credentials import ApiKey
 
 PROGRESS_POLL_SECONDS = 2.0
 # A warm-up request pays the first request's one-time costs (in vLLM's API server and
@@ -154,13 +170,7 @@ class Lab:
                 for o in self.observers:
                     o.server_ready(segment, deployed)
                 yield Served(deployed, client, startup, first)
-                # The lab's numbers over the whole segment, beside the exporter's.
-                d = increase(first, client.snapshot(), 0.0)
-                self.results.segments.append(
-                    SegmentNumbers(
-                        segment.title, segment_values(d, startup, self.peak_bandwidth), startup
-                    )
-                )
+                self._segment_numbers(segment, startup, first, client.snapshot())
             finally:
                 client.close()
         except BaseException as e:
@@ -170,6 +180,29 @@ class Lab:
             ended = self.wall()
             for o in self.observers:
                 o.segment_ended(segment, ended, error)
+
+    def _segment_numbers(
+        self, segment: Segment, startup: Startup, first: Snapshot, last: Snapshot
+    ) -> None:
+        """The lab's numbers over the whole segment and, with the exporter beside, its page
+        at the end and the two compared (each engine apart)."""
+        ended = self.wall()
+        peak = self.peak_bandwidth
+        values = segment_values(increase(first, last, 0.0), startup, peak)
+        self.results.segments.append(SegmentNumbers(segment.title, values, startup))
+        exporter = self.exporter
+        if exporter is None:
+            return
+        page, fresh = exporter.page_since(ended)
+        kept = page.totals(KEPT)
+        if not kept:  # the exporter could not be read
+            return
+        self.results.exporter.append(ExporterSeries(segment.title, kept))
+        by_engine = {
+            key: segment_values(d, startup, peak)
+            for key, d in snapshot_increases(first, last, 0.0).items()
+        }
+        self.results.compared += compare_segment(segment.title, page, by_engine, fresh)
 
     def measure_each(self, served: Served, bodies: list[dict[str, object]]) -> list[Measured]:
         """Requests one after the other, each measured apart, with live token progress."""

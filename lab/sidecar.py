@@ -4,8 +4,10 @@ same workload the lab measures, for the report (and for a Prometheus, in the dem
 It runs in the lab's process (`exporter/service.py`), on one fixed port across
 restarts, pointed at the server's log and checkpoint and given the run's peak memory
 bandwidth. It starts when the server is ready and waits for its first poll of the idle
-server; at the end of the segment, once it has polled since the workload ended
-(`ExporterPage.polled_since`), its derived series are kept.
+server; at the end of the segment the runner asks for its page as of a poll begun after
+the workload ended (`page_since`, `ExporterPage.polled_since`), and is told when the
+deadline passed before one came (the page is then stale); the exporter stops when the
+segment ends.
 
 Its window is as long as a segment can be, so that at the end of a segment its windowed
 series cover exactly the requests of that segment — the span of the lab's own numbers
@@ -17,15 +19,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import TargetCredentials
 from vllm_glassbox.exporter.own_page import ExporterPage, read_exporter_page
 from vllm_glassbox.exporter.service import ExporterConfig, serve
-from vllm_glassbox.lab.backend import Deployed
-from vllm_glassbox.lab.compared import COMPARED_NAMES
-from vllm_glassbox.lab.results import ExporterSeries
+from vllm_glassbox.lab.backends.backend import Deployed
+from vllm_glassbox.lab.compared import KEPT
 from vllm_glassbox.lab.telemetry import Observer, Segment
 
 LOOPBACK = "127.0.0.1"
@@ -36,24 +37,15 @@ INTERVAL_SECONDS = 2.0  # as often as the lab's own timeline: vLLM's API server 
 POLL_TIMEOUT_SECONDS = 10.0
 WINDOW_SECONDS = 3600.0
 
-#: Read besides the compared series (`compared.py`): whether it sees vLLM, when it last
-#: did, and how many of its polls failed.
-ALSO_READ = (
-    "glassbox_target_up",
-    "glassbox_last_scrape_success_timestamp_seconds",
-    "glassbox_scrape_errors_total",
-    "glassbox_preemptions_per_second",
-    "glassbox_decode_floor_seconds",
-)
-#: What is kept of the exporter at the end of a segment (ExporterSeries).
-KEPT = (*ALSO_READ, *COMPARED_NAMES)
+#: How long the end of a segment waits for a poll begun after it: one that may take the
+#: whole poll timeout, and the period before it.
+END_DEADLINE_SECONDS = POLL_TIMEOUT_SECONDS + 2 * INTERVAL_SECONDS
 
 
 class ExporterBeside(Observer):
     def __init__(
         self,
         port: int,
-        keep: Callable[[ExporterSeries], None],
         peak_bandwidth: float | None = None,
         window_seconds: float = WINDOW_SECONDS,
         bearer_token_file: str | None = None,
@@ -61,7 +53,6 @@ class ExporterBeside(Observer):
         self.port = port
         # A vLLM started with --api-key: the exporter's --target-bearer-token-file.
         self.bearer_token_file = bearer_token_file
-        self.keep = keep
         self.peak_bandwidth = peak_bandwidth
         self.window_seconds = window_seconds
         self._stop: threading.Event | None = None
@@ -97,19 +88,19 @@ class ExporterBeside(Observer):
         while time.monotonic() < deadline and not self._page().target_up:
             time.sleep(0.2)
 
+    def page_since(self, unix_time: float) -> tuple[ExporterPage, bool]:
+        """Its page as of a poll that succeeded and began after `unix_time`, and whether it
+        was (the last page read when END_DEADLINE_SECONDS passed first: stale)."""
+        page = ExporterPage({})
+        deadline = time.monotonic() + END_DEADLINE_SECONDS
+        while self._thread is not None and time.monotonic() < deadline:
+            page = self._page()
+            if page.polled_since(unix_time):
+                return page, True
+            time.sleep(0.2)
+        return page, False
+
     def segment_ended(self, segment: Segment, ended_at: float, error: str | None) -> None:
-        if self._thread is not None and error is None:
-            # Its series as of a poll that succeeded and started after the workload ended.
-            page = ExporterPage({})
-            deadline = time.monotonic() + POLL_TIMEOUT_SECONDS + 2 * INTERVAL_SECONDS
-            while time.monotonic() < deadline:
-                page = self._page()
-                if page.polled_since(ended_at):
-                    break
-                time.sleep(0.2)
-            values = page.totals(KEPT)
-            if values:
-                self.keep(ExporterSeries(segment.title, values))
         self.close()
 
     def read(self, names: Sequence[str] = KEPT) -> dict[str, float]:

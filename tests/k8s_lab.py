@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
-from vllm_glassbox.lab.kubernetes import KubernetesBackend, Timeouts
+from vllm_glassbox.lab.backends.kubernetes import KubernetesBackend, Timeouts
 
 from tests.k8s_double import FakeCluster, Recorded
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from vllm_glassbox.exporter.cold_start import read_cold_starts
 from vllm_glassbox.exporter.derive import (
     kv_cache_blocks,
     kv_cache_capacity_tokens,
+    startup_stages,
     weights_from_log,
 )
 from vllm_glassbox.exporter.errors import ERROR_REASONS, ScrapeError
@@ -73,10 +75,14 @@ def _assert_usable(facts: StartupFacts) -> None:
 
 
 def check_log(data: bytes) -> StartupFacts:
-    """Run one log through the parser, whole and line by line; it must never raise."""
+    """Run one log through the parsers, whole and line by line; they must never raise, and
+    every start's stages are finite and not negative."""
     text = data.decode("utf-8", "replace")  # as LogFollower decodes
     whole = read_facts(text)
     _assert_usable(whole)
+    for start in read_cold_starts(text):
+        for stage, seconds in startup_stages(start).by_stage().items():
+            assert math.isfinite(seconds) and seconds >= 0, (stage, seconds)
     facts = StartupFacts()
     for line in text.split("\n"):
         facts = facts.feed(line)

@@ -46,9 +46,9 @@ import httpx
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import read_snapshot
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess, scrape_config
-from vllm_glassbox.lab.server_process import ChildProcess, ServerProcess, free_port
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess, scrape_config
+from vllm_glassbox.lab.backends.server_process import ChildProcess, ServerProcess, free_port
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 from vllm_glassbox.prometheus import Prometheus, PrometheusError
 from vllm_glassbox.ticker import ticks
 

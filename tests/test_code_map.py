@@ -58,3 +58,9 @@ def test_the_map_names_every_subpackage_and_its_modules() -> None:
 def test_the_map_gives_the_module_of_every_subcommand() -> None:
     for name, (module, _) in cli._PARTS.items():
         assert re.search(rf"\| `glassbox {name}[ `].*\| `{re.escape(module)}` \|", MAP), name
+
+
+def test_the_map_names_every_module_the_tests_share() -> None:
+    shared = sorted(p.name for p in (REPO / "tests").glob("*.py") if p.name != "__init__.py")
+    section = MAP[MAP.index("## The tests") : MAP.index("## What is generated")]
+    assert [m for m in shared if f"`{m}`" not in section] == []

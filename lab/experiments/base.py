@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, Self, TypeVar
 
+from vllm_glassbox.exporter.own_page import ExporterPage
 from vllm_glassbox.exporter.snapshot import Snapshot
-from vllm_glassbox.lab.backend import Deployed, FlagOverrides, Terminated
-from vllm_glassbox.lab.measure import LabError, Measured, VllmClient
+from vllm_glassbox.lab.backends.backend import Deployed, FlagOverrides, Terminated
+from vllm_glassbox.lab.backends.server_process import ServerError
 from vllm_glassbox.lab.plan_yaml import Node
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.results import PhaseBody, PhaseResult, Startup
-from vllm_glassbox.lab.server_process import ServerError
+from vllm_glassbox.lab.vllm.client import LabError, Measured, VllmClient
 
 STOPPED = (KeyboardInterrupt, Terminated)  # Ctrl-C, SIGTERM: stop, restore, report
 
@@ -54,6 +55,29 @@ class Phase(Protocol):
         ...
 
 
+class SingleServer:
+    """What a phase of one server (one model, no variants) says of its start: the
+    KV-pressure and rate-sweep phases, frozen dataclasses with a `model` and `flags`."""
+
+    model: str | None
+    flags: FlagOverrides
+
+    @property
+    def server_starts(self) -> int:
+        return 1
+
+    def models(self) -> list[tuple[str, str]]:
+        return [("model", self.model)] if self.model is not None else []
+
+    def without_models(self, models: Set[str]) -> tuple[Self, list[str]]:
+        return self, []  # one server, no variants to leave out
+
+    @property
+    def overrides(self) -> FlagOverrides:
+        """The phase's flags, its model (when it names one) as --model."""
+        return {**self.flags, **({"--model": self.model} if self.model else {})}
+
+
 @dataclass
 class Served:
     """One started server, as a kind's run sees it inside `Services.segment`."""
@@ -65,9 +89,14 @@ class Served:
 
 
 class ExporterView(Protocol):
-    """The exporter beside the servers, read while a kind runs (`sidecar.ExporterBeside`)."""
+    """The exporter beside the servers, read while a kind runs and at the end of each
+    segment (`sidecar.ExporterBeside`)."""
 
     def read(self, names: Sequence[str]) -> Mapping[str, float]: ...
+
+    def page_since(self, unix_time: float) -> tuple[ExporterPage, bool]:
+        """Its page as of a poll begun after `unix_time`, and whether one came in time."""
+        ...
 
 
 class Services(Protocol):

@@ -6,7 +6,7 @@ Run by hand on a machine with two GPUs where vLLM and glassbox import (never by 
     python3 scripts/gpu/capture_multigpu.py --out DIR [--only dp2,moe-tp2,moe-dp2-ep]
 
 Models are config-only folders for vLLM's dummy loader (random weights of the real shapes
-and dtypes): a Qwen2.5-7B-Instruct-shaped dense model (lab/tinymodel.py) and a
+and dtypes): a Qwen2.5-7B-Instruct-shaped dense model (lab/backends/tinymodel.py) and a
 Qwen3-30B-A3B-shaped mixture of experts (48 layers, 128 experts, 8 per token). Every
 server is started with `--kv-cache-memory-bytes` and a small `--gpu-memory-utilization`
 so that two can share the GPUs: dp2 and moe-tp2 run side by side, moe-dp2-ep after dp2.
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate, write_tokenizer
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate, write_tokenizer
 
 DENSE = TinyModelSpec(
     "qwen7b",

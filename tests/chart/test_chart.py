@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from vllm_glassbox.lab.kubernetes import Timeouts
+from vllm_glassbox.lab.backends.kubernetes import Timeouts
 from vllm_glassbox.lab.plan import load_plan
 from vllm_glassbox.probe import exporter_problem
 
@@ -520,7 +520,7 @@ SIDECAR_CI = [n for n in CI if CI[n][0].get("mode", "sidecar") == "sidecar"]
 
 @pytest.mark.parametrize("name", SIDECAR_CI)
 def test_rendered_args_read_back_through_the_labs_parser(name: str) -> None:
-    from vllm_glassbox.lab.args import apply_overrides, flag_value
+    from vllm_glassbox.lab.backends.args import apply_overrides, flag_value
 
     args = _vllm_args(name)
     values = CI[name][0]
@@ -555,7 +555,7 @@ def test_rendered_args_read_back_through_the_labs_parser(name: str) -> None:
 def test_rendered_args_parse_in_vllms_own_parser_as_the_values_say(name: str) -> None:
     cli_args = pytest.importorskip("vllm.entrypoints.launchers.cli_args")
     from vllm.utils.argparse_utils import FlexibleArgumentParser
-    from vllm_glassbox.lab.args import apply_overrides
+    from vllm_glassbox.lab.backends.args import apply_overrides
 
     parser = cli_args.make_arg_parser(FlexibleArgumentParser())
     args = _vllm_args(name)
@@ -616,7 +616,7 @@ def test_the_lab_job_runs_the_rendered_plan_against_the_rendered_deployment(tmp_
 
 
 def test_the_labs_role_allows_what_the_backend_does_on_the_rendered_deployment_only() -> None:
-    from vllm_glassbox.lab.backend import restoring
+    from vllm_glassbox.lab.backends.backend import restoring
 
     from tests.k8s_double import FakeCluster
     from tests.k8s_lab import backend_for, not_allowed

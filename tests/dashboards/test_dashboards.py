@@ -50,8 +50,8 @@ from vllm_glassbox.dashboards.panel_data import (
 from vllm_glassbox.dashboards.pictures import draw_pictures
 from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess
-from vllm_glassbox.lab.server_process import free_port
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
+from vllm_glassbox.lab.backends.server_process import free_port
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, PhaseInfo, Segment
 from vllm_glassbox.prometheus import Prometheus
 

@@ -49,9 +49,9 @@ from vllm_glassbox.exporter.derive import Context, Increase, snapshot_increases
 from vllm_glassbox.exporter.own_page import read_exporter_page
 from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot, read_snapshot
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess
-from vllm_glassbox.lab.server_process import ChildProcess, ServerProcess, free_port
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
+from vllm_glassbox.lab.backends.server_process import ChildProcess, ServerProcess, free_port
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 
 from tests.realstack import (
     FLOOD_MAX_TOKENS,

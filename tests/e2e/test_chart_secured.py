@@ -24,11 +24,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from vllm_glassbox.lab.credentials import ApiKeySource, open_api_key
-from vllm_glassbox.lab.measure import LabError, VllmClient
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess
-from vllm_glassbox.lab.server_process import ChildProcess, ServerProcess, free_port
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
+from vllm_glassbox.lab.backends.server_process import ChildProcess, ServerProcess, free_port
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.vllm.client import LabError, VllmClient
+from vllm_glassbox.lab.vllm.credentials import ApiKeySource, open_api_key
 
 from tests.chart_render import CI_DIR, Rendered, container_named, render
 from tests.exporter.test_security import _scraped_targets

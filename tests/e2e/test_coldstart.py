@@ -13,7 +13,7 @@ import math
 
 import pytest
 from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.startup_log import read_cold_starts
+from vllm_glassbox.exporter.cold_start import read_cold_starts
 
 from tests.realstack import RUNNING, WAITING, RealStack, first_preemption
 

@@ -35,8 +35,8 @@ from vllm_glassbox.exporter.fetch import Fetcher, fetch_once
 from vllm_glassbox.exporter.own_page import ExporterPage
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
 from vllm_glassbox.exporter.snapshot import FILTERED_PAGE_PATH, read_snapshot
-from vllm_glassbox.lab.server_process import ServerProcess
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, generate
+from vllm_glassbox.lab.backends.server_process import ServerProcess
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 
 from tests.realstack import RealStack
 

@@ -15,17 +15,17 @@ from typing import Any
 
 import httpx
 import pytest
-from vllm_glassbox.lab.backend import Deployed
+from vllm_glassbox.lab.backends.backend import Deployed
+from vllm_glassbox.lab.backends.server_process import free_port
 from vllm_glassbox.lab.cli import make_backend
-from vllm_glassbox.lab.credentials import open_api_key
 from vllm_glassbox.lab.experiments.rate_sweep import KV_POOL, TPOT_AGREEMENT, RateSweepResult
 from vllm_glassbox.lab.plan import parse_plan
 from vllm_glassbox.lab.progress import Progress
 from vllm_glassbox.lab.report import write_outputs
 from vllm_glassbox.lab.runner import Lab, run_lab
-from vllm_glassbox.lab.server_process import free_port
 from vllm_glassbox.lab.sidecar import ExporterBeside
 from vllm_glassbox.lab.telemetry import Observer, Segment
+from vllm_glassbox.lab.vllm.credentials import open_api_key
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -110,11 +110,7 @@ def test_a_sweep_against_a_real_vllm_started_with_an_api_key(
         # What `glassbox lab run` builds: the backend that starts vLLM with the key, the
         # lab that presents it, the exporter beside the server with it in a token file.
         backend = make_backend(plan, "local", out, None, progress.note, api_key)
-        beside = ExporterBeside(
-            free_port(),
-            lambda series: lab.results.exporter.append(series),
-            bearer_token_file=api_key.file,
-        )
+        beside = ExporterBeside(free_port(), bearer_token_file=api_key.file)
         lab = Lab(backend, progress, [guard, beside], api_key=api_key, out_dir=out)
         try:
             results = run_lab(plan, lab)

@@ -25,9 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter.cli import build_parser, config_from_args, main
 from vllm_glassbox.exporter.errors import ERROR_REASONS, ScrapeError
+from vllm_glassbox.exporter.gpus import GPU_MEMORY_BANDWIDTH
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
-from vllm_glassbox.exporter.weights import GPU_MEMORY_BANDWIDTH, weights_from_config
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, write_safetensors
+from vllm_glassbox.exporter.weights import weights_from_config
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, write_safetensors
 
 from tests.fixtures import page as fixture_page
 from tests.misbehaving import FakeVllm, Misbehaving

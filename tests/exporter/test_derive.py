@@ -20,7 +20,7 @@ from vllm_glassbox.exporter.derive import (
 )
 from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
-from vllm_glassbox.lab.tinymodel import TinyModelSpec
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec
 
 from tests.fixtures import page
 

@@ -21,11 +21,11 @@ from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, _config, write_safetensors
 from vllm_glassbox.lab.compared import COMPARED_NAMES
 from vllm_glassbox.lab.experiments.quantization.judge import bandwidth as quantization_bandwidth
 from vllm_glassbox.lab.experiments.rate_sweep.views import server_view
-from vllm_glassbox.lab.measure import increase
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, _config, write_safetensors
+from vllm_glassbox.lab.vllm.client import increase
 
 from tests.exporter.test_cuda_h200x2_captures import _moe_config
 from tests.exporter.test_exposition_golden import PageSequence
@@ -35,7 +35,8 @@ from tests.fixtures import LOGS, log, page
 def test_the_lab_never_loads_the_exporters_service_or_page() -> None:
     code = (
         "import sys\n"
-        "import vllm_glassbox.lab.analysis, vllm_glassbox.lab.measure, vllm_glassbox.lab.runner\n"
+        "import vllm_glassbox.lab.analysis, vllm_glassbox.lab.runner\n"
+        "import vllm_glassbox.lab.vllm.client\n"
         "print(sorted(m for m in sys.modules if m.startswith('vllm_glassbox.exporter.')))\n"
     )
     done = subprocess.run(

@@ -32,7 +32,7 @@ from vllm_glassbox.exporter.webconfig import (
     WebConfigSource,
     load_web_config,
 )
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
 from vllm_glassbox.probe import main as probe_main
 from vllm_glassbox.prometheus import Prometheus, PrometheusError
 

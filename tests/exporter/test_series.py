@@ -13,11 +13,12 @@ from prometheus_client.core import Metric
 from vllm_glassbox.build import Build
 from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.exporter.cold_start import ColdStart
 from vllm_glassbox.exporter.derive import FirstRequests, Increase
 from vllm_glassbox.exporter.exposition import PollState, build_families
 from vllm_glassbox.exporter.kv_trend import Growth, kv_pools
+from vllm_glassbox.exporter.log_patterns import LogTime
 from vllm_glassbox.exporter.snapshot import CacheConfig, EngineKey, EngineSample, Snapshot
-from vllm_glassbox.exporter.startup_log import ColdStart, LogTime
 from vllm_glassbox.exporter.webconfig import WebConfigSource
 from vllm_glassbox.exporter.weights import Weights
 

@@ -17,9 +17,10 @@ from functools import cache
 
 import pytest
 from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter.cold_start import read_cold_starts
 from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
-from vllm_glassbox.exporter.startup_log import read_cold_starts, read_facts
-from vllm_glassbox.lab.server_process import exceptions_in_log
+from vllm_glassbox.exporter.startup_log import read_facts
+from vllm_glassbox.lab.backends.server_process import exceptions_in_log
 
 from tests.fixtures import FIXTURES
 
@@ -27,7 +28,7 @@ MATRIX = FIXTURES / "matrix"
 VERSIONS = sorted(p.parent.name for p in MATRIX.glob("*/startup.log"))
 DP_VERSIONS = [v for v in VERSIONS if (MATRIX / v / "dp2-after-2x64.txt").exists()]
 
-# The tiny model (lab.tinymodel TinyModelSpec("tiny-capture")), by hand:
+# The tiny model (lab.backends.tinymodel TinyModelSpec("tiny-capture")), by hand:
 # KV bytes per token = 4 layers × 2 (K and V) × 2 KV heads × 64 dims × 2 bytes (BF16).
 KV_BYTES_PER_TOKEN = 4 * 2 * 2 * 64 * 2
 # Parameters: embeddings and LM head 2 × 1024 × 256, final norm 256, and per layer two

@@ -10,21 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
+from vllm_glassbox.exporter.gpus import GPU_MEMORY_BANDWIDTH, gpu_bandwidth
 from vllm_glassbox.exporter.weights import (
-    GPU_MEMORY_BANDWIDTH,
     TensorBytes,
     checkpoint_directory,
     checkpoint_files,
     checkpoint_weights,
     config_size,
     estimate_from_config,
-    gpu_bandwidth,
     read_checkpoint,
     safetensors_bytes,
     weights_from_config,
     weights_from_safetensors,
 )
-from vllm_glassbox.lab.tinymodel import TinyModelSpec, _config, write_safetensors
+from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, _config, write_safetensors
 
 # --- exact bytes from safetensors headers --------------------------------------------------
 

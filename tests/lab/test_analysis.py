@@ -1,5 +1,5 @@
 """What the lab reads off real pages and logs captured from vLLM (tests/fixtures): a
-request's stats, the increases between two pages across a restart (lab/measure.py), and a
+request's stats, the increases between two pages across a restart (lab/vllm/client.py), and a
 server's startup facts (lab/analysis.py).
 """
 
@@ -9,7 +9,7 @@ import pytest
 from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.exporter.weights import Weights
 from vllm_glassbox.lab.analysis import request_stats, startup_facts
-from vllm_glassbox.lab.measure import Completion, increase
+from vllm_glassbox.lab.vllm.client import Completion, increase
 from vllm_glassbox.units import GIB
 
 from tests.fixtures import log, page

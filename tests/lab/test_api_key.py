@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from vllm_glassbox.lab.cli import main
-from vllm_glassbox.lab.credentials import ApiKeySource, key_source, open_api_key
+from vllm_glassbox.lab.vllm.credentials import ApiKeySource, key_source, open_api_key
 
 
 def test_the_key_comes_from_the_file_first_then_the_environment(

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 import pytest
-from vllm_glassbox.lab.args import REMOVE, SHORT_ALIASES, apply_overrides, flag_value
-from vllm_glassbox.lab.backend import FlagOverrides
+from vllm_glassbox.lab.backends.args import REMOVE, SHORT_ALIASES, apply_overrides, flag_value
+from vllm_glassbox.lab.backends.backend import FlagOverrides
 
 SPEC = '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":1}'
 

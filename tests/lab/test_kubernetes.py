@@ -19,10 +19,10 @@ import kubernetes_validate
 import pytest
 import yaml
 from vllm_glassbox.exporter.startup_log import read_facts
-from vllm_glassbox.lab.args import REMOVE
-from vllm_glassbox.lab.backend import Backend, exit_code, restoring
-from vllm_glassbox.lab.kubernetes import KubernetesBackend, KubernetesError, Timeouts
-from vllm_glassbox.lab.restore_protocol import ANNOTATION
+from vllm_glassbox.lab.backends.args import REMOVE
+from vllm_glassbox.lab.backends.backend import Backend, exit_code, restoring
+from vllm_glassbox.lab.backends.kubernetes import KubernetesBackend, KubernetesError, Timeouts
+from vllm_glassbox.lab.backends.restore_protocol import ANNOTATION
 
 from tests.jobs import with_sigint_ignored
 from tests.k8s_double import BYTES_PER_TOKEN, FakeCluster, Fault, Recorded, wait_until
@@ -373,8 +373,8 @@ def test_from_environment_falls_back_to_kube_config(
 SCENARIO = textwrap.dedent("""
     import sys, time
     from kubernetes import client as k8s
-    from vllm_glassbox.lab.backend import exit_code, restoring
-    from vllm_glassbox.lab.kubernetes import KubernetesBackend, Timeouts
+    from vllm_glassbox.lab.backends.backend import exit_code, restoring
+    from vllm_glassbox.lab.backends.kubernetes import KubernetesBackend, Timeouts
 
     api_url, service_url = sys.argv[1:3]
     backend = KubernetesBackend(

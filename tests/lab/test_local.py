@@ -252,8 +252,8 @@ if __name__ == "__main__":
 
 # --- the tests --------------------------------------------------------------------------
 
+from vllm_glassbox.lab.backends.local import LocalBackend  # noqa: E402
 from vllm_glassbox.lab.cli import main as lab_main  # noqa: E402
-from vllm_glassbox.lab.local import LocalBackend  # noqa: E402
 from vllm_glassbox.lab.plan import parse_plan  # noqa: E402
 from vllm_glassbox.lab.progress import Progress  # noqa: E402
 from vllm_glassbox.lab.runner import Lab, run_lab  # noqa: E402
@@ -311,14 +311,14 @@ def pids_in(log: str) -> list[int]:
 
 
 def pollers_of(url: str) -> list[int]:
-    """Live processes of the lab's poller (lab/poller.py) polling `url`."""
+    """Live processes of the lab's poller (lab/vllm/poller.py) polling `url`."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        poller = b"vllm_glassbox.lab.poller" in cmdline and url.encode() in cmdline
+        poller = b"vllm_glassbox.lab.vllm.poller" in cmdline and url.encode() in cmdline
         if poller and alive(int(proc.name)):
             found.append(int(proc.name))
     return found
@@ -372,7 +372,7 @@ def grafana() -> Iterator[AnnotationSink]:
 def test_each_phase_gets_its_own_server_with_its_flags_and_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grafana: AnnotationSink
 ) -> None:
-    from vllm_glassbox.lab.server_process import free_port
+    from vllm_glassbox.lab.backends.server_process import free_port
 
     listen = free_port()
     monkeypatch.setenv("GLASSBOX_GRAFANA_URL", grafana.url)
@@ -669,6 +669,11 @@ def test_the_demo_runs_the_exporter_beside_each_server_and_draws_the_dashboards(
             "glassbox_tokens_per_forward_pass",
         ):
             assert values[series] == pytest.approx(lab[name][series], rel=1e-6)
+    # Compared when each segment ended, on a page polled since: every row agrees.
+    compared = results["compared"]
+    assert [c["segment"] for c in compared] == list(segments)
+    assert all(c["polled_since_end"] and c["engine"] is None for c in compared)
+    assert {r["agree"] for c in compared for r in c["rows"]} <= {True, None}
     report = (out / "report.md").read_text()
     assert "## The exporter's live series" in report
     assert "The exporter and the lab agree on every series both have." in report
@@ -763,7 +768,7 @@ def test_the_gpu_plan_runs_unchanged_against_a_stand_in_of_the_cuda_build(
 
 
 def test_a_poll_that_fails_or_hangs_is_recorded_and_the_next_follows() -> None:
-    from vllm_glassbox.lab.measure import Sampler, VllmClient
+    from vllm_glassbox.lab.vllm.client import Sampler, VllmClient
 
     page = (FIXTURE_PAGES / "plain-idle.txt").read_text().encode()
     polls = [0]

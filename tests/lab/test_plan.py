@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from vllm_glassbox.lab.backend import REMOVE
+from vllm_glassbox.lab.backends.backend import REMOVE
 from vllm_glassbox.lab.cli import choose_backend
 from vllm_glassbox.lab.cli import main as lab_main
 from vllm_glassbox.lab.experiments.kv_pressure import KvPressurePhase
@@ -363,7 +363,7 @@ def test_the_gpu_plan_is_the_articles_scale_on_one_gpu(capsys: pytest.CaptureFix
 
 
 def flag_value_of(args: tuple[str, ...], name: str) -> str | None:
-    from vllm_glassbox.lab.args import flag_value as value_in_args
+    from vllm_glassbox.lab.backends.args import flag_value as value_in_args
 
     return value_in_args(list(args), name)
 
@@ -489,7 +489,8 @@ def test_running_a_local_plan_needs_neither_grafanalib_nor_kubernetes() -> None:
 
     code = (
         "import sys\n"
-        "from vllm_glassbox.lab import cli, demo, local, report, runner, sidecar\n"
+        "from vllm_glassbox.lab import cli, demo, report, runner, sidecar\n"
+        "from vllm_glassbox.lab.backends import local\n"
         "from vllm_glassbox.lab.plan import load_plan, packaged_plan\n"
         "load_plan(packaged_plan('gpu-7b'))\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
@@ -516,7 +517,7 @@ def test_the_demo_flood_runs_on_the_server_of_the_last_quantization_variant() ->
     """The local backend keeps a server whose args are the ones asked for: the demo's
     plan gives the flood exactly the args of the quantization's last variant (small, in
     the reversed second round), so one start serves both."""
-    from vllm_glassbox.lab.args import apply_overrides
+    from vllm_glassbox.lab.backends.args import apply_overrides
     from vllm_glassbox.lab.experiments.kv_pressure import KvPressurePhase
 
     plan = load_plan(packaged_plan("cpu-demo"))  # type: ignore[arg-type]

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
-from vllm_glassbox.lab.backend import restoring
-from vllm_glassbox.lab.kubernetes import KubernetesError
-from vllm_glassbox.lab.restore_protocol import ANNOTATION
+from vllm_glassbox.lab.backends.backend import restoring
+from vllm_glassbox.lab.backends.kubernetes import KubernetesError
+from vllm_glassbox.lab.backends.restore_protocol import ANNOTATION
 
 from tests.k8s_double import FakeCluster, wait_until
 from tests.k8s_lab import ORIGINAL, SMALL_POOL, backend_for, write_kubeconfig

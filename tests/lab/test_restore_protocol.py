@@ -1,4 +1,4 @@
-"""The Kubernetes backend's patch/restore protocol (lab/restore_protocol.py), as pure
+"""The Kubernetes backend's patch/restore protocol (lab/backends/restore_protocol.py), as pure
 functions: each patch is applied to a Deployment manifest by the double's JSON patch
 (tests/k8s_double.py), as the API server would apply it; no server runs."""
 
@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from vllm_glassbox.lab.restore_protocol import (
+from vllm_glassbox.lab.backends.restore_protocol import (
     ANNOTATION,
     KubernetesError,
     Record,

@@ -1,4 +1,4 @@
-"""What a Deployment's and its pods' status say (lab/rollout_status.py), on the
+"""What a Deployment's and its pods' status say (lab/backends/rollout_status.py), on the
 `kubernetes` client's objects as the API would return them; no server runs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client as k8s
-from vllm_glassbox.lab.rollout_status import (
+from vllm_glassbox.lab.backends.rollout_status import (
     label_selector,
     newest_pod_running,
     pod_ready,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from vllm_glassbox.dashboards import queries as q
 from vllm_glassbox.dashboards.grafana import TimeRange, substitute
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
 
 from tests.fleet import Fleet, plan_pods, serve
 from tests.realstack import prometheus_query, wait_until

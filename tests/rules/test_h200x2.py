@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from vllm_glassbox.lab.prometheus_process import PrometheusProcess
+from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
 
 from tests.fixtures import page
 from tests.fleet import EXPORTER_JOB, VLLM_JOB

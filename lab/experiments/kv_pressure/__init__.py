@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from vllm_glassbox.lab.experiments.base import Experiment
 from vllm_glassbox.lab.experiments.kv_pressure.judge import (
-    SATURATED,
-    act_names,
     missing_acts,
     name_acts,
     pressure_summary,
@@ -31,9 +29,9 @@ from vllm_glassbox.lab.experiments.kv_pressure.result import (
     KvPressureResult,
     MissedPoll,
     PressureSummary,
-    TimelinePoint,
 )
 from vllm_glassbox.lab.experiments.kv_pressure.run import run
+from vllm_glassbox.lab.experiments.pool_acts import SATURATED, TimelinePoint, act_names
 
 EXPERIMENT = Experiment(
     KIND, KvPressurePhase, KvPressureResult, parse, run, summary, section, plots

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Set
 from dataclasses import dataclass
 
-from vllm_glassbox.lab.backend import FlagOverrides
+from vllm_glassbox.exporter.derive import KV_POOL_FULL
+from vllm_glassbox.lab.backends.backend import FlagOverrides
+from vllm_glassbox.lab.experiments.base import SingleServer
 from vllm_glassbox.lab.plan_yaml import (
     Node,
     Request,
@@ -24,7 +25,7 @@ KV_PRESSURE_PROMPT = "Write an extremely long and detailed essay, number {i}."
 
 
 @dataclass(frozen=True)
-class KvPressurePhase:
+class KvPressurePhase(SingleServer):
     name: str
     model: str | None
     flags: FlagOverrides
@@ -35,16 +36,6 @@ class KvPressurePhase:
     saturation: float  # KV usage from which the pool counts as full
     warmup: int  # short requests before the flood, so one-time costs do not delay it
     kind: str = KIND
-
-    @property
-    def server_starts(self) -> int:
-        return 1
-
-    def models(self) -> list[tuple[str, str]]:
-        return [("model", self.model)] if self.model is not None else []
-
-    def without_models(self, models: Set[str]) -> tuple[KvPressurePhase, list[str]]:
-        return self, []  # one server, no variants to leave out
 
     def describe(self) -> str:
         return (
@@ -68,6 +59,6 @@ def parse(node: Node, name: str) -> KvPressurePhase:
         concurrency=node.get("concurrency", positive_int, 32),
         poll_seconds=node.get("poll", duration, 5.0),
         timeout_seconds=node.get("timeout", duration, 3600.0),
-        saturation=node.get("saturation", fraction, 0.95),
+        saturation=node.get("saturation", fraction, KV_POOL_FULL),
         warmup=node.get("warmup", count, 1),
     )

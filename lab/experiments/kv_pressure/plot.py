@@ -3,7 +3,8 @@ preemptions, each act shaded."""
 
 from __future__ import annotations
 
-from vllm_glassbox.lab.experiments.kv_pressure.judge import (
+from vllm_glassbox.lab.experiments.kv_pressure.result import KvPressureResult
+from vllm_glassbox.lab.experiments.pool_acts import (
     DRAINING,
     FILLING,
     FULL_NOBODY_WAITING,
@@ -13,7 +14,6 @@ from vllm_glassbox.lab.experiments.kv_pressure.judge import (
     STORM,
     preemption_jumps,
 )
-from vllm_glassbox.lab.experiments.kv_pressure.result import KvPressureResult
 from vllm_glassbox.lab.report_format import plot_name, png, pyplot
 from vllm_glassbox.lab.results import PhaseResult
 

@@ -4,16 +4,25 @@ polling's health, the pool timeline)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from vllm_glassbox.lab.experiments.kv_pressure.judge import (
+from vllm_glassbox.lab.experiments.kv_pressure.judge import MIN_ACT_POLLS, thin_acts
+from vllm_glassbox.lab.experiments.kv_pressure.result import Act, KvPressureResult
+from vllm_glassbox.lab.experiments.pool_acts import (
     ACT_CONDITIONS,
-    MIN_ACT_POLLS,
     THREE_ACTS,
+    TimelinePoint,
     preemption_jumps,
-    thin_acts,
 )
-from vllm_glassbox.lab.experiments.kv_pressure.result import KvPressureResult, TimelinePoint
-from vllm_glassbox.lab.report_format import integer, num, percent, plot_name, server_facts, table
+from vllm_glassbox.lab.report_format import (
+    Column,
+    integer,
+    num,
+    percent,
+    plot_name,
+    server_facts,
+    table_of,
+)
 from vllm_glassbox.lab.results import PhaseResult
 
 MAX_TIMELINE_ROWS = 40
@@ -58,6 +67,38 @@ def _sampled(timeline: Sequence[TimelinePoint], keep: set[int]) -> list[int]:
     return sorted(picked)
 
 
+ACT_COLUMNS: tuple[Column[Act], ...] = (
+    Column("act", lambda a: a.name),
+    Column("condition", lambda a: ACT_CONDITIONS.get(a.name, "")),
+    Column("from s", lambda a: f"{a.start_t:.0f}"),
+    Column("to s", lambda a: f"{a.end_t:.0f}"),
+    Column("polls", lambda a: str(a.polls)),
+    Column("preemptions", lambda a: f"{a.preemptions:g}"),
+    Column("peak waiting", lambda a: integer(a.peak_waiting)),
+    Column("peak KV", lambda a: percent(a.peak_kv_cache_usage)),
+)
+
+
+class _Poll(NamedTuple):
+    """A row of the pool timeline: one poll, and the preemptions it saw."""
+
+    point: TimelinePoint
+    jump: float
+
+
+POLL_COLUMNS: tuple[Column[_Poll], ...] = (
+    Column("t s", lambda r: f"{r.point.t:.1f}"),
+    Column("running", lambda r: num(r.point.running)),
+    Column("waiting", lambda r: num(r.point.waiting)),
+    Column("KV usage", lambda r: percent(r.point.kv_cache_usage)),
+    Column("preemptions", lambda r: f"{r.point.preemptions:g}"),
+    Column("this poll", lambda r: f"+{r.jump:g}" if r.jump else ""),
+    Column("tokens", lambda r: integer(r.point.generated_tokens)),
+    Column("answer s", lambda r: num(r.point.latency_seconds, 2)),
+    Column("sent late s", lambda r: num(r.point.delay_seconds, 2)),
+)
+
+
 def section(phase: PhaseResult, k: KvPressureResult) -> list[str]:
     found = k.pressure
     out = server_facts(k.startup)
@@ -72,22 +113,7 @@ def section(phase: PhaseResult, k: KvPressureResult) -> list[str]:
         "the count moves.",
         "",
     ]
-    out += table(
-        ["act", "condition", "from s", "to s", "polls", "preemptions", "peak waiting", "peak KV"],
-        [
-            [
-                a.name,
-                ACT_CONDITIONS.get(a.name, ""),
-                f"{a.start_t:.0f}",
-                f"{a.end_t:.0f}",
-                str(a.polls),
-                f"{a.preemptions:g}",
-                integer(a.peak_waiting),
-                percent(a.peak_kv_cache_usage),
-            ]
-            for a in found.acts
-        ],
-    )
+    out += table_of(ACT_COLUMNS, found.acts)
     if found.missing_acts:
         out += [
             f"**Missing act(s)** of the article's three ({' → '.join(THREE_ACTS)}): "
@@ -121,20 +147,7 @@ def section(phase: PhaseResult, k: KvPressureResult) -> list[str]:
             out += [""]
     jumps = preemption_jumps(k.timeline)
     biggest = {jumps.index(max(jumps))} if jumps and max(jumps) > 0 else set()
-    rows = [
-        [
-            f"{k.timeline[i].t:.1f}",
-            num(k.timeline[i].running),
-            num(k.timeline[i].waiting),
-            percent(k.timeline[i].kv_cache_usage),
-            f"{k.timeline[i].preemptions:g}",
-            f"+{jumps[i]:g}" if jumps[i] else "",
-            integer(k.timeline[i].generated_tokens),
-            num(k.timeline[i].latency_seconds, 2),
-            num(k.timeline[i].delay_seconds, 2),
-        ]
-        for i in _sampled(k.timeline, biggest)
-    ]
+    rows = [_Poll(k.timeline[i], jumps[i]) for i in _sampled(k.timeline, biggest)]
     out += [
         "The pool timeline"
         + (
@@ -145,20 +158,7 @@ def section(phase: PhaseResult, k: KvPressureResult) -> list[str]:
         + ":",
         "",
     ]
-    out += table(
-        [
-            "t s",
-            "running",
-            "waiting",
-            "KV usage",
-            "preemptions",
-            "this poll",
-            "tokens",
-            "answer s",
-            "sent late s",
-        ],
-        rows,
-    )
+    out += table_of(POLL_COLUMNS, rows)
     if k.request_errors:
         out += ["Request errors: " + "; ".join(k.request_errors), ""]
     out += [f"![KV pressure timeline]({plot_name(phase, 'timeline')})", ""]

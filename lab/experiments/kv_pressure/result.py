@@ -5,19 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from vllm_glassbox.lab.experiments.pool_acts import TimelinePoint
 from vllm_glassbox.lab.results import JSON, Startup, startup_json
-
-
-@dataclass(frozen=True)
-class TimelinePoint:
-    t: float  # seconds since the flood started, when the poll's page arrived
-    running: float | None
-    waiting: float | None
-    kv_cache_usage: float | None  # 0–1
-    preemptions: float  # since the flood started
-    generated_tokens: float  # since the flood started
-    latency_seconds: float | None = None  # how long vLLM took to answer the poll
-    delay_seconds: float | None = None  # how late after its tick the poll was sent
 
 
 @dataclass(frozen=True)

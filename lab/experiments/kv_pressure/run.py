@@ -13,19 +13,15 @@ from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.base import PhaseFailed, Services, describe_error
 from vllm_glassbox.lab.experiments.kv_pressure.judge import pressure_summary, timeline_point
 from vllm_glassbox.lab.experiments.kv_pressure.phase import KvPressurePhase
-from vllm_glassbox.lab.experiments.kv_pressure.result import (
-    KvPressureResult,
-    MissedPoll,
-    TimelinePoint,
-)
-from vllm_glassbox.lab.measure import Sampler
+from vllm_glassbox.lab.experiments.kv_pressure.result import KvPressureResult, MissedPoll
+from vllm_glassbox.lab.experiments.pool_acts import TimelinePoint
 from vllm_glassbox.lab.progress import number_text
+from vllm_glassbox.lab.vllm.client import Sampler
 
 
 def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
     """The flood on one server, polled from the empty pool to the last answer."""
-    overrides = {**phase.flags, **({"--model": phase.model} if phase.model else {})}
-    with lab.segment(phase, "", overrides) as served:
+    with lab.segment(phase, "", phase.overrides) as served:
         client = served.client
         model = served.deployed.served_model_name
         bodies = [phase.request.body(model, i=i) for i in range(phase.concurrency)]

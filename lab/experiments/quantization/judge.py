@@ -31,8 +31,8 @@ from vllm_glassbox.lab.experiments.quantization.result import (
     VariantResult,
 )
 from vllm_glassbox.lab.findings import fit_line
-from vllm_glassbox.lab.measure import Completion
 from vllm_glassbox.lab.results import Startup
+from vllm_glassbox.lab.vllm.client import Completion
 
 #: A quantized variant with at least this share of an unquantized one's weights was
 #: loaded at full size (vLLM did not quantize it).

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass, replace
 
-from vllm_glassbox.lab.backend import FlagOverrides
+from vllm_glassbox.lab.backends.backend import FlagOverrides
 from vllm_glassbox.lab.plan_yaml import (
     MISSING,
     Node,

@@ -4,6 +4,8 @@ predictions)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from vllm_glassbox.lab import findings
 from vllm_glassbox.lab.experiments.quantization.judge import above_peak
 from vllm_glassbox.lab.experiments.quantization.result import (
@@ -12,10 +14,12 @@ from vllm_glassbox.lab.experiments.quantization.result import (
     FULL_SIZE,
     ON_LINE,
     Fit,
+    Prediction,
     QuantizationResult,
     VariantResult,
 )
 from vllm_glassbox.lab.report_format import (
+    Column,
     error_block,
     first_line,
     gbs,
@@ -24,9 +28,9 @@ from vllm_glassbox.lab.report_format import (
     num,
     percent,
     plot_name,
-    table,
+    table_of,
 )
-from vllm_glassbox.lab.results import PhaseResult
+from vllm_glassbox.lab.results import PhaseResult, Startup
 from vllm_glassbox.units import GIB
 
 
@@ -122,42 +126,71 @@ def _variant_note(v: VariantResult, q: QuantizationResult) -> str:
     return "; ".join(notes)
 
 
+def _variant_columns(
+    q: QuantizationResult, first: VariantResult | None
+) -> tuple[Column[VariantResult], ...]:
+    """The variants' table: a variant that measured nothing has its name, model and note."""
+    base = first.startup if first else None
+
+    def measured(cell: Callable[[Startup, VariantResult], str]) -> Callable[[VariantResult], str]:
+        return lambda v: cell(v.startup, v) if v.startup and v.stats else "–"
+
+    def against_first(st: Startup, v: VariantResult) -> str:
+        return " / ".join(
+            (
+                _times(st.weights_bytes, base.weights_bytes if base else None),
+                _times(st.kv_cache_tokens, base.kv_cache_tokens if base else None),
+                _times(v.tpot_seconds, first.tpot_seconds if first else None),
+            )
+        )
+
+    return (
+        Column("variant", lambda v: v.name + (" (fit)" if v.fit and v.startup and v.stats else "")),
+        Column("model", lambda v: f"`{v.model}`"),
+        Column(
+            "weights GiB",
+            measured(lambda st, v: f"{num(st.weights_gib)} ({st.weights_source or '?'})"),
+        ),
+        Column("quantization", measured(lambda st, v: st.quantization or "–")),
+        Column("load s", measured(lambda st, v: num(st.load_seconds))),
+        Column("KV GiB", measured(lambda st, v: num(st.kv_cache_memory_bytes, scale=1 / GIB))),
+        Column("KV tokens", measured(lambda st, v: integer(st.kv_cache_tokens))),
+        Column(
+            "blocks",
+            measured(lambda st, v: f"{integer(st.kv_cache_blocks)} × {integer(st.block_size)}"),
+        ),
+        Column("TTFT ms", measured(lambda st, v: ms(v.ttft))),
+        Column("TPOT ms", measured(lambda st, v: ms(v.tpot))),
+        Column("spread", measured(lambda st, v: percent(v.tpot.relative if v.tpot else None))),
+        Column(
+            "weight reads",
+            measured(
+                lambda st, v: gbs(v.bandwidth.weight_read_bytes_per_second if v.bandwidth else None)
+            ),
+        ),
+        Column(
+            "of peak",
+            measured(lambda st, v: percent(v.bandwidth.utilization if v.bandwidth else None)),
+        ),
+        Column("weights × / KV × / TPOT ×", measured(against_first)),
+        Column("startup s", measured(lambda st, v: num(st.startup_seconds, 3))),
+        Column("note", lambda v: _variant_note(v, q)),
+    )
+
+
+PREDICTION_COLUMNS: tuple[Column[Prediction], ...] = (
+    Column("variant", lambda p: p.name),
+    Column("weights GiB", lambda p: num(p.weights_gib)),
+    Column("measured TPOT ms", lambda p: num(p.tpot_seconds, 4, 1000)),
+    Column("predicted TPOT ms", lambda p: num(p.predicted_tpot_seconds, 4, 1000)),
+    Column("error", lambda p: percent(p.error_ratio, signed=True)),
+    Column("where", lambda p: p.verdict + (f": {p.reason}" if p.reason else "")),
+)
+
+
 def section(phase: PhaseResult, q: QuantizationResult) -> list[str]:
     first = next((v for v in q.variants if v.startup and v.stats), None)
     requests = max((len(v.samples) for v in q.variants), default=0)
-    rows = []
-    for v in q.variants:
-        st, rq = v.startup, v.stats
-        if st is None or rq is None:
-            rows.append([v.name, f"`{v.model}`", *["–"] * 13, _variant_note(v, q)])
-            continue
-        base_st = first.startup if first else None
-        base = first.tpot_seconds if first else None
-        bw = v.bandwidth
-        rows.append(
-            [
-                v.name + (" (fit)" if v.fit else ""),
-                f"`{v.model}`",
-                f"{num(st.weights_gib)} ({st.weights_source or '?'})",
-                st.quantization or "–",
-                num(st.load_seconds),
-                num(st.kv_cache_memory_bytes, scale=1 / GIB),
-                integer(st.kv_cache_tokens),
-                f"{integer(st.kv_cache_blocks)} × {integer(st.block_size)}",
-                ms(v.ttft),
-                ms(v.tpot),
-                percent(v.tpot.relative if v.tpot else None),
-                gbs(bw.weight_read_bytes_per_second if bw else None),
-                percent(bw.utilization if bw else None),
-                _times(st.weights_bytes, base_st.weights_bytes if base_st else None)
-                + " / "
-                + _times(st.kv_cache_tokens, base_st.kv_cache_tokens if base_st else None)
-                + " / "
-                + _times(v.tpot_seconds, base),
-                num(st.startup_seconds, 3),
-                _variant_note(v, q),
-            ]
-        )
     out = [
         "Per variant: weights (and where the number comes from), the quantization vLLM "
         "applied, weight loading time, KV cache memory and tokens, blocks × block size; "
@@ -169,27 +202,7 @@ def section(phase: PhaseResult, q: QuantizationResult) -> list[str]:
         f"{findings.NOISY_SPREAD:.0%} marks the variant noisy: the machine was busy.",
         "",
     ]
-    out += table(
-        [
-            "variant",
-            "model",
-            "weights GiB",
-            "quantization",
-            "load s",
-            "KV GiB",
-            "KV tokens",
-            "blocks",
-            "TTFT ms",
-            "TPOT ms",
-            "spread",
-            "weight reads",
-            "of peak",
-            "weights × / KV × / TPOT ×",
-            "startup s",
-            "note",
-        ],
-        rows,
-    )
+    out += table_of(_variant_columns(q, first), q.variants)
     for v in q.variants:
         if v.error:
             out += error_block(f"{v.name} failed", v.error)
@@ -213,20 +226,7 @@ def section(phase: PhaseResult, q: QuantizationResult) -> list[str]:
             "predict) or below it (faster), with the likely reason.",
             "",
         ]
-        out += table(
-            ["variant", "weights GiB", "measured TPOT ms", "predicted TPOT ms", "error", "where"],
-            [
-                [
-                    p.name,
-                    num(p.weights_gib),
-                    num(p.tpot_seconds, 4, 1000),
-                    num(p.predicted_tpot_seconds, 4, 1000),
-                    percent(p.error_ratio, signed=True),
-                    p.verdict + (f": {p.reason}" if p.reason else ""),
-                ]
-                for p in f.predictions
-            ],
-        )
+        out += table_of(PREDICTION_COLUMNS, f.predictions)
         out += [f"![TPOT against weight GiB]({plot_name(phase, 'tpot')})", ""]
     elif q.fit_problem:
         out += [f"No fitted line: {q.fit_problem}", ""]

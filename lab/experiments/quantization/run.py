@@ -17,8 +17,8 @@ from vllm_glassbox.lab.experiments.quantization.judge import (
 )
 from vllm_glassbox.lab.experiments.quantization.phase import QuantizationPhase
 from vllm_glassbox.lab.experiments.quantization.result import QuantizationResult, VariantResult
-from vllm_glassbox.lab.measure import Completion
 from vllm_glassbox.lab.results import Spread, Startup
+from vllm_glassbox.lab.vllm.client import Completion
 
 
 def run(lab: Services, phase: QuantizationPhase) -> QuantizationResult:

@@ -8,9 +8,9 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from vllm_glassbox.lab.backend import Deployed
+from vllm_glassbox.lab.backends.backend import Deployed
 from vllm_glassbox.lab.experiments.rate_sweep.phase import RateSweepPhase
-from vllm_glassbox.lab.measure import LabError
+from vllm_glassbox.lab.vllm.client import LabError
 
 
 def bench_args(

@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 import shlex
 import sys
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vllm_glassbox.lab.backend import FlagOverrides
+from vllm_glassbox.exporter.derive import KV_POOL_FULL
+from vllm_glassbox.lab.backends.backend import FlagOverrides
+from vllm_glassbox.lab.experiments.base import SingleServer
 from vllm_glassbox.lab.plan_yaml import (
     MISSING,
     Node,
@@ -52,7 +54,7 @@ class Doubling:
 
 
 @dataclass(frozen=True)
-class RateSweepPhase:
+class RateSweepPhase(SingleServer):
     name: str
     model: str | None
     flags: FlagOverrides
@@ -74,16 +76,6 @@ class RateSweepPhase:
     bench_command: tuple[str, ...]
     seed: int = 0
     kind: str = KIND
-
-    @property
-    def server_starts(self) -> int:
-        return 1
-
-    def models(self) -> list[tuple[str, str]]:
-        return [("model", self.model)] if self.model is not None else []
-
-    def without_models(self, models: Set[str]) -> tuple[RateSweepPhase, list[str]]:
-        return self, []  # one server, no variants to leave out
 
     @property
     def arrivals(self) -> str:
@@ -198,7 +190,7 @@ def parse(node: Node, name: str) -> RateSweepPhase:
         temperature=node.get("temperature", non_negative, 0.0),
         keep_up=node.get("keep_up", fraction, 0.9),
         poll_seconds=node.get("poll", duration, 2.0),
-        saturation=node.get("saturation", fraction, 0.95),
+        saturation=node.get("saturation", fraction, KV_POOL_FULL),
         warmup=node.get("warmup", count, 1),
         step_timeout_seconds=node.get("step_timeout", duration, 1800.0),
         tokenizer=node.get("tokenizer", text, None),

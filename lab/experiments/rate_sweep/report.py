@@ -4,23 +4,31 @@ first preemption)."""
 
 from __future__ import annotations
 
-from vllm_glassbox.lab.experiments.kv_pressure.judge import SATURATED
+from typing import NamedTuple
+
+from vllm_glassbox.lab.experiments.pool_acts import SATURATED
 from vllm_glassbox.lab.experiments.rate_sweep.judge import (
     LIMITS,
     MIN_SPAN_LATENCIES,
     TPOT_AGREEMENT,
     slo_share,
 )
-from vllm_glassbox.lab.experiments.rate_sweep.result import RateSweepResult, SweepStep
+from vllm_glassbox.lab.experiments.rate_sweep.result import (
+    ClientView,
+    RateSweepResult,
+    ServerView,
+    SweepStep,
+)
 from vllm_glassbox.lab.experiments.rate_sweep.views import MIN_JUDGED_REQUESTS
 from vllm_glassbox.lab.report_format import (
+    Column,
     gbs,
     integer,
     num,
     percent,
     plot_name,
     server_facts,
-    table,
+    table_of,
 )
 from vllm_glassbox.lab.results import PhaseResult
 
@@ -49,6 +57,59 @@ def _ms(value: float | None) -> str:
     return num(value, scale=1000)
 
 
+class _Client(NamedTuple):
+    step: SweepStep
+    view: ClientView
+
+
+CLIENT_COLUMNS: tuple[Column[_Client], ...] = (
+    Column("rate req/s", lambda r: f"{r.step.rate:g}"),
+    Column("arrived req/s", lambda r: num(r.view.arrival_rate)),
+    Column("backlog s/s", lambda r: num(r.view.backlog_growth, 2)),
+    Column("achieved req/s", lambda r: num(r.step.achieved_rate)),
+    Column("keeps up", lambda r: {True: "yes", False: "**no**", None: "–"}[r.step.keeps_up]),
+    Column("done", lambda r: str(r.view.completed)),
+    Column("failed", lambda r: str(r.view.failed)),
+    Column("goodput req/s", lambda r: num(r.view.request_goodput)),
+    Column("within SLOs", lambda r: percent(slo_share(r.view))),
+    Column("TTFT p50/p99 ms", lambda r: f"{_ms(r.view.ttft_p50)} / {_ms(r.view.ttft_p99)}"),
+    Column("TPOT p50/p99 ms", lambda r: f"{_ms(r.view.tpot_p50)} / {_ms(r.view.tpot_p99)}"),
+    Column("ITL p50/p99 ms", lambda r: f"{_ms(r.view.itl_p50)} / {_ms(r.view.itl_p99)}"),
+    Column("E2E p50/p99 s", lambda r: f"{num(r.view.e2el_p50)} / {num(r.view.e2el_p99)}"),
+)
+
+
+class _Server(NamedTuple):
+    step: SweepStep
+    view: ServerView
+    exporter: bool  # the exporter beside gave its headroom series
+
+
+def _min_headroom(r: _Server) -> str:
+    exporter = r.view.min_exporter_headroom_requests
+    return integer(r.view.min_headroom_requests) + (
+        f" (exporter {integer(exporter)})" if r.exporter else ""
+    )
+
+
+SERVER_COLUMNS: tuple[Column[_Server], ...] = (
+    Column("rate req/s", lambda r: f"{r.step.rate:g}"),
+    Column("TPOT counters ms", lambda r: _ms(r.view.tpot_seconds)),
+    Column("client mean ms", lambda r: _ms(r.step.client.tpot_mean if r.step.client else None)),
+    Column("agree", lambda r: _agree_cell(r.step)),
+    Column("tokens/engine step", lambda r: num(r.view.tokens_per_engine_step)),
+    Column("preemptions/s", lambda r: num(r.view.preemptions_per_second)),
+    Column("peak KV", lambda r: percent(r.view.peak_kv_cache_usage)),
+    Column("peak waiting", lambda r: integer(r.view.peak_waiting)),
+    Column("peak running", lambda r: integer(r.view.peak_running)),
+    Column("min headroom", _min_headroom),
+    Column("weight reads", lambda r: gbs(r.view.weight_read_bandwidth)),
+    Column("host load", lambda r: num(r.step.host_load, 2)),
+    Column("acts", lambda r: " → ".join(r.step.acts)),
+    Column("limit", lambda r: r.step.limit or ""),
+)
+
+
 def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
     out = server_facts(r.startup)
     slos = ", ".join(f"{k} ≤ {v * 1000:g} ms" for k, v in r.goodput_slos.items()) or "none"
@@ -69,32 +130,8 @@ def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
         "at once.",
         "",
     ]
-    out += table(
-        [
-            "rate req/s", "arrived req/s", "backlog s/s", "achieved req/s", "keeps up", "done",
-            "failed", "goodput req/s", "within SLOs", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
-            "ITL p50/p99 ms", "E2E p50/p99 s",
-        ],
-        [
-            [
-                f"{st.rate:g}",
-                num(c.arrival_rate),
-                num(c.backlog_growth, 2),
-                num(st.achieved_rate),
-                {True: "yes", False: "**no**", None: "–"}[st.keeps_up],
-                str(c.completed),
-                str(c.failed),
-                num(c.request_goodput),
-                percent(slo_share(c)),
-                f"{_ms(c.ttft_p50)} / {_ms(c.ttft_p99)}",
-                f"{_ms(c.tpot_p50)} / {_ms(c.tpot_p99)}",
-                f"{_ms(c.itl_p50)} / {_ms(c.itl_p99)}",
-                f"{num(c.e2el_p50)} / {num(c.e2el_p99)}",
-            ]
-            for st in r.steps
-            if (c := st.client) is not None
-        ],
-    )  # fmt: skip
+    clients = [_Client(st, c) for st in r.steps if (c := st.client) is not None]
+    out += table_of(CLIENT_COLUMNS, clients)
     out += [
         "**The server's view** (vLLM's counters around each step through the derivation "
         "core; peaks and headroom from the polls of its page"
@@ -103,38 +140,8 @@ def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
         f"average at each step's end ({integer(r.host_cpus)} CPUs):",
         "",
     ]
-    out += table(
-        [
-            "rate req/s", "TPOT counters ms", "client mean ms", "agree", "tokens/engine step",
-            "preemptions/s", "peak KV", "peak waiting", "peak running", "min headroom",
-            "weight reads", "host load", "acts", "limit",
-        ],
-        [
-            [
-                f"{st.rate:g}",
-                _ms(sv.tpot_seconds),
-                _ms(st.client.tpot_mean if st.client else None),
-                _agree_cell(st),
-                num(sv.tokens_per_engine_step),
-                num(sv.preemptions_per_second),
-                percent(sv.peak_kv_cache_usage),
-                integer(sv.peak_waiting),
-                integer(sv.peak_running),
-                integer(sv.min_headroom_requests)
-                + (
-                    f" (exporter {integer(sv.min_exporter_headroom_requests)})"
-                    if r.exporter
-                    else ""
-                ),
-                gbs(sv.weight_read_bandwidth),
-                num(st.host_load, 2),
-                " → ".join(st.acts),
-                st.limit or "",
-            ]
-            for st in r.steps
-            if (sv := st.server) is not None
-        ],
-    )  # fmt: skip
+    servers = [_Server(st, sv, r.exporter) for st in r.steps if (sv := st.server) is not None]
+    out += table_of(SERVER_COLUMNS, servers)
     notes = [st for st in r.steps if st.tpot_note]
     for st in notes:
         out += [f"- At {st.rate:g} req/s the two TPOTs differ: {st.tpot_note}."]

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from vllm_glassbox.lab.experiments.kv_pressure.result import TimelinePoint
+from vllm_glassbox.lab.experiments.pool_acts import TimelinePoint
 from vllm_glassbox.lab.experiments.rate_sweep.phase import BENCH_LAUNCHER
 from vllm_glassbox.lab.results import JSON, Startup, startup_json
 

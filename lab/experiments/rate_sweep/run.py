@@ -7,13 +7,14 @@ import json
 import os
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.snapshot import Snapshot
-from vllm_glassbox.lab.experiments.base import ExporterView, PhaseFailed, Served, Services
-from vllm_glassbox.lab.experiments.kv_pressure.judge import act_names
+from vllm_glassbox.lab.experiments.base import PhaseFailed, Served, Services
+from vllm_glassbox.lab.experiments.pool_acts import act_names
 from vllm_glassbox.lab.experiments.rate_sweep.bench import bench_args, run_bench
 from vllm_glassbox.lab.experiments.rate_sweep.judge import (
     achieved_rate,
@@ -32,10 +33,9 @@ from vllm_glassbox.lab.experiments.rate_sweep.views import (
     server_view,
     sweep_point,
 )
-from vllm_glassbox.lab.measure import LabError, Sampler, gauge_total, increase
 from vllm_glassbox.lab.progress import number_text
 from vllm_glassbox.lab.report_format import num
-from vllm_glassbox.lab.results import Startup
+from vllm_glassbox.lab.vllm.client import LabError, Sampler, gauge_total, increase
 
 #: The server must be idle before a step starts (the previous step's requests done).
 IDLE_TIMEOUT_SECONDS = 300.0
@@ -62,15 +62,7 @@ def _step_rates(phase: RateSweepPhase) -> list[float]:
 
 def run(lab: Services, phase: RateSweepPhase) -> RateSweepResult:
     """Every step against one server, the benchmark's JSON of each kept."""
-    overrides = {**phase.flags, **({"--model": phase.model} if phase.model else {})}
-    exporter = lab.exporter
-    out = lab.out_dir or Path("lab-out")
-    bench_dir = out / "bench" / phase.name
-    steps: list[SweepStep] = []
-    timeline: list[SweepPoint] = []
-    missed = [0]
-    with lab.segment(phase, "", overrides) as served:
-        capacity = served.startup.kv_cache_tokens
+    with lab.segment(phase, "", phase.overrides) as served:
         # Short requests first: one-time costs of the first ones (the API server's, the
         # kernels') must not land on the first step.
         warm = {
@@ -80,131 +72,133 @@ def run(lab: Services, phase: RateSweepPhase) -> RateSweepResult:
             "temperature": 0,
         }
         lab.warm_up(served, warm, phase.warmup)
-        started = time.monotonic()
+        sweep = Sweep(lab, phase, served, lab.out_dir or Path("lab-out"), time.monotonic())
         failure: str | None = None
         for index, rate in enumerate(_step_rates(phase)):
-            step = _run_step(
-                lab, phase, served, index, rate, started, capacity, exporter, timeline,
-                missed, bench_dir, out,
-            )  # fmt: skip
-            steps.append(step)
+            step = sweep.step(index, rate)
             lab.progress.note(f"  {_step_line(step)}")
             if step.error:
                 failure = f"step {index + 1} at {rate:g} req/s: {step.error}"
                 break
             if isinstance(phase.rates, Doubling) and step.keeps_up is False:
                 break
-        result = _result(phase, served.startup, steps, timeline, missed[0], exporter)
+        result = sweep.result()
         if failure:
             raise PhaseFailed(failure, result)
         return result
 
 
-def _result(
-    phase: RateSweepPhase,
-    startup: Startup | None,
-    steps: list[SweepStep],
-    timeline: list[SweepPoint],
-    missed: int,
-    exporter: ExporterView | None,
-) -> RateSweepResult:
-    judged = tuple(judge_steps(steps, phase.saturation, phase.max_concurrency))
-    return RateSweepResult(
-        startup=startup,
-        arrivals=phase.arrivals,
-        burstiness=phase.burstiness,
-        input_len=phase.input_len,
-        output_len=phase.output_len,
-        max_concurrency=phase.max_concurrency,
-        goodput_slos=dict(phase.goodput),
-        keep_up=phase.keep_up,
-        steps=judged,
-        timeline=tuple(timeline),
-        knee=find_knee(judged, phase.keep_up),
-        forecast=forecast(timeline),
-        missed_polls=missed,
-        exporter=exporter is not None,
-        host_cpus=os.cpu_count(),
-        bench_command=phase.bench_command,
-    )
+@dataclass
+class Sweep:
+    """One sweep against one server: what each step runs with, and what the steps have
+    found so far (their results, every poll, the polls that failed)."""
 
+    lab: Services
+    phase: RateSweepPhase
+    served: Served
+    out: Path  # the run's output directory; the benchmark's files go under bench/
+    started: float  # monotonic: the timeline's t = 0
+    steps: list[SweepStep] = field(default_factory=list)
+    timeline: list[SweepPoint] = field(default_factory=list)
+    missed_polls: int = 0
 
-def _run_step(
-    lab: Services,
-    phase: RateSweepPhase,
-    served: Served,
-    index: int,
-    rate: float,
-    started: float,
-    capacity: int | None,
-    exporter: ExporterView | None,
-    timeline: list[SweepPoint],
-    missed: list[int],
-    bench_dir: Path,
-    out: Path,
-) -> SweepStep:
-    requests = phase.requests_at(rate)
-    lab.progress.status(f"step {index + 1}: {requests} requests at {rate:g} req/s")
-    _wait_idle(served, IDLE_TIMEOUT_SECONDS)
-    client = served.client
-    before = client.snapshot()
-    points: list[SweepPoint] = []
-    total = float(requests * phase.output_len)
+    @property
+    def bench_dir(self) -> Path:
+        return self.out / "bench" / self.phase.name
 
-    def on_sample(t: float, snap: Snapshot, latency: float, delay: float) -> None:
-        seen = exporter.read((HEADROOM, FREE_TOKENS)) if exporter else None
-        point = sweep_point(index, time.monotonic() - started, t, before, snap, capacity, seen)
-        points.append(point)
-        lab.progress.tokens(point.generated_tokens, total)
-        lab.progress.status(_point_line(point))
+    def result(self) -> RateSweepResult:
+        phase, exporter = self.phase, self.lab.exporter
+        judged = tuple(judge_steps(self.steps, phase.saturation, phase.max_concurrency))
+        return RateSweepResult(
+            startup=self.served.startup,
+            arrivals=phase.arrivals,
+            burstiness=phase.burstiness,
+            input_len=phase.input_len,
+            output_len=phase.output_len,
+            max_concurrency=phase.max_concurrency,
+            goodput_slos=dict(phase.goodput),
+            keep_up=phase.keep_up,
+            steps=judged,
+            timeline=tuple(self.timeline),
+            knee=find_knee(judged, phase.keep_up),
+            forecast=forecast(self.timeline),
+            missed_polls=self.missed_polls,
+            exporter=exporter is not None,
+            host_cpus=os.cpu_count(),
+            bench_command=phase.bench_command,
+        )
 
-    def on_missed(t: float, error: str) -> None:
-        missed[0] += 1
+    def step(self, index: int, rate: float) -> SweepStep:
+        """One step: the benchmark at `rate`, the page polled beside it, the counters
+        around it; kept with the others."""
+        lab, phase, served = self.lab, self.phase, self.served
+        exporter, capacity = lab.exporter, served.startup.kv_cache_tokens
+        requests = phase.requests_at(rate)
+        lab.progress.status(f"step {index + 1}: {requests} requests at {rate:g} req/s")
+        _wait_idle(served, IDLE_TIMEOUT_SECONDS)
+        client = served.client
+        before = client.snapshot()
+        points: list[SweepPoint] = []
+        total = float(requests * phase.output_len)
 
-    name = f"step-{index + 1:02d}-{rate:g}rps"
-    error = None
-    bench: dict[str, Any] = {}
-    with Sampler(client, phase.poll_seconds, on_sample, on_missed=on_missed):
-        try:
-            run_bench(
-                phase.bench_command,
-                bench_args(phase, served.deployed, rate, requests, bench_dir, f"{name}.json"),
-                bench_dir / f"{name}.log",
-                phase.step_timeout_seconds,
-                client.api_key.value if client.api_key else None,
-            )
-            bench = json.loads((bench_dir / f"{name}.json").read_text())
-        except subprocess.TimeoutExpired:
-            error = f"vllm bench serve ran past step_timeout ({phase.step_timeout_seconds:g}s)"
-        except (LabError, OSError, ValueError) as e:
-            error = str(e)
-    timeline.extend(points)
-    view = client_view(bench) if bench else None
-    after = client.settled_snapshot(
-        before, int(bench.get("total_output_tokens") or 0), view.completed if view else 0
-    )
-    seconds = view.duration_seconds if view else 0.0
-    server = server_view(
-        increase(before, after, seconds), points, served.startup, lab.peak_bandwidth
-    )
-    diff, agree, note = tpot_verdict(view, server)
-    acts = act_names([p.timeline_point() for p in points], phase.saturation)
-    return SweepStep(
-        index=index,
-        rate=rate,
-        requests=requests,
-        bench_file=str((bench_dir / f"{name}.json").relative_to(out)) if bench else None,
-        client=view,
-        server=server,
-        achieved_rate=achieved_rate(view) if view else None,
-        keeps_up=keeps_up(view, phase.keep_up) if view else None,
-        tpot_difference=diff,
-        tpot_agree=agree,
-        tpot_note=note,
-        acts=tuple(dict.fromkeys(acts)),
-        error=error,
-        host_load=os.getloadavg()[0],
-    )
+        def on_sample(t: float, snap: Snapshot, latency: float, delay: float) -> None:
+            seen = exporter.read((HEADROOM, FREE_TOKENS)) if exporter else None
+            now = time.monotonic() - self.started
+            point = sweep_point(index, now, t, before, snap, capacity, seen)
+            points.append(point)
+            lab.progress.tokens(point.generated_tokens, total)
+            lab.progress.status(_point_line(point))
+
+        def on_missed(t: float, error: str) -> None:
+            self.missed_polls += 1
+
+        name = f"step-{index + 1:02d}-{rate:g}rps"
+        bench_dir = self.bench_dir
+        error = None
+        bench: dict[str, Any] = {}
+        with Sampler(client, phase.poll_seconds, on_sample, on_missed=on_missed):
+            try:
+                run_bench(
+                    phase.bench_command,
+                    bench_args(phase, served.deployed, rate, requests, bench_dir, f"{name}.json"),
+                    bench_dir / f"{name}.log",
+                    phase.step_timeout_seconds,
+                    client.api_key.value if client.api_key else None,
+                )
+                bench = json.loads((bench_dir / f"{name}.json").read_text())
+            except subprocess.TimeoutExpired:
+                error = f"vllm bench serve ran past step_timeout ({phase.step_timeout_seconds:g}s)"
+            except (LabError, OSError, ValueError) as e:
+                error = str(e)
+        self.timeline.extend(points)
+        view = client_view(bench) if bench else None
+        after = client.settled_snapshot(
+            before, int(bench.get("total_output_tokens") or 0), view.completed if view else 0
+        )
+        seconds = view.duration_seconds if view else 0.0
+        server = server_view(
+            increase(before, after, seconds), points, served.startup, lab.peak_bandwidth
+        )
+        diff, agree, note = tpot_verdict(view, server)
+        acts = act_names([p.timeline_point() for p in points], phase.saturation)
+        step = SweepStep(
+            index=index,
+            rate=rate,
+            requests=requests,
+            bench_file=str((bench_dir / f"{name}.json").relative_to(self.out)) if bench else None,
+            client=view,
+            server=server,
+            achieved_rate=achieved_rate(view) if view else None,
+            keeps_up=keeps_up(view, phase.keep_up) if view else None,
+            tpot_difference=diff,
+            tpot_agree=agree,
+            tpot_note=note,
+            acts=tuple(dict.fromkeys(acts)),
+            error=error,
+            host_load=os.getloadavg()[0],
+        )
+        self.steps.append(step)
+        return step
 
 
 def _point_line(p: SweepPoint) -> str:

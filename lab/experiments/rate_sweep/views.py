@@ -13,8 +13,8 @@ from vllm_glassbox.exporter.derive import Increase
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.rate_sweep.result import ClientView, ServerView, SweepPoint
 from vllm_glassbox.lab.findings import fit_line
-from vllm_glassbox.lab.measure import gauge_max, gauge_total, increase
 from vllm_glassbox.lab.results import Startup
+from vllm_glassbox.lab.vllm.client import gauge_max, gauge_total, increase
 
 #: The exporter's series read at every poll: its forecast of the pool. (Not its
 #: exhaustion time: beside the lab its window spans the whole segment, not the moment.)
@@ -33,23 +33,29 @@ def sweep_point(
     capacity: int | None,
     exporter: Mapping[str, float] | None = None,
 ) -> SweepPoint:
-    """One poll: the pool, the queue and the headroom by the derivation core."""
+    """One poll: the pool, the queue and the headroom by the derivation core. The headroom
+    and the free tokens are each engine's pool (`capacity` is one engine's) summed over
+    the engines, as the exporter's per-engine series add up; the usage is the fullest
+    pool's, whose acts the timeline names."""
     grown = increase(baseline, now, t_step)
-    usage = gauge_max(now, s.KV_USAGE)
-    running = gauge_total(now, s.RUNNING)
-    used = derive.kv_cache_used_tokens(usage, capacity)
+    pools = [
+        (derive.kv_cache_used_tokens(e.gauges.get(s.KV_USAGE), capacity), e.gauges.get(s.RUNNING))
+        for e in now.engines.values()
+    ]
     exporter = exporter or {}
     return SweepPoint(
         step=step,
         t=t,
         t_step=t_step,
-        running=running,
+        running=gauge_total(now, s.RUNNING),
         waiting=gauge_total(now, s.WAITING),
-        kv_cache_usage=usage,
+        kv_cache_usage=gauge_max(now, s.KV_USAGE),
         preemptions=grown[s.PREEMPTIONS],
         generated_tokens=grown[s.GENERATION_TOKENS],
-        headroom_requests=derive.kv_cache_headroom_requests(used, capacity, running),
-        free_tokens=derive.kv_cache_free_tokens(used, capacity),
+        headroom_requests=_sum(
+            derive.kv_cache_headroom_requests(used, capacity, running) for used, running in pools
+        ),
+        free_tokens=_sum(derive.kv_cache_free_tokens(used, capacity) for used, _ in pools),
         exporter_headroom_requests=exporter.get(HEADROOM),
         exporter_free_tokens=exporter.get(FREE_TOKENS),
     )
@@ -86,6 +92,11 @@ def server_view(
 def _max(values: Any) -> float | None:
     present = [v for v in values if v is not None]
     return max(present) if present else None
+
+
+def _sum(values: Any) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
 
 
 def _min(values: Any) -> float | None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_glassbox.lab.backend import REMOVE, FlagOverrides
+from vllm_glassbox.lab.backends.backend import REMOVE, FlagOverrides
 from vllm_glassbox.lab.plan_yaml import (
     MISSING,
     Node,

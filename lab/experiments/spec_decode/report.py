@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 
-from vllm_glassbox.lab.experiments.spec_decode.result import SpecDecodeResult
+from vllm_glassbox.lab.experiments.spec_decode.result import SpecDecodeResult, SpecRunResult
 from vllm_glassbox.lab.report_format import (
+    Column,
     integer,
     ms,
     num,
     percent,
     plot_name,
     server_facts,
-    table,
+    table_of,
 )
 from vllm_glassbox.lab.results import PhaseResult
 
@@ -42,49 +43,29 @@ def summary(sd: SpecDecodeResult) -> str:
     )
 
 
+RUN_COLUMNS: tuple[Column[SpecRunResult], ...] = (
+    Column("run", lambda r: r.label + (" (baseline)" if r.baseline else "")),
+    Column("speculation", lambda r: "on" if r.speculation else "off"),
+    Column("request extras", lambda r: "`" + json.dumps(r.extra) + "`" if r.extra else "–"),
+    Column("tokens", lambda r: integer(r.stats.generated_tokens)),
+    Column("forward passes", lambda r: integer(r.stats.forward_passes)),
+    Column("tokens/pass", lambda r: num(r.stats.tokens_per_forward_pass)),
+    Column("drafts", lambda r: integer(r.stats.drafts)),
+    Column("draft tokens", lambda r: integer(r.stats.draft_tokens)),
+    Column("accepted", lambda r: integer(r.stats.accepted_tokens)),
+    Column("acceptance", lambda r: percent(r.stats.acceptance_ratio)),
+    Column("draft coverage", lambda r: percent(r.stats.draft_coverage)),
+    Column("decode s", lambda r: num(r.stats.decode_seconds)),
+    Column("TPOT ms", lambda r: ms(r.tpot)),
+    Column("speed-up", lambda r: "–" if r.speedup is None else f"{r.speedup:.2f}×"),
+    Column("what it did", lambda r: r.finding or ""),
+)
+
+
 def section(phase: PhaseResult, sd: SpecDecodeResult) -> list[str]:
     out = server_facts(sd.startup, "Server with speculation")
     out += server_facts(sd.startup_without_speculation, "Server without speculation")
-    rows = [
-        [
-            r.label + (" (baseline)" if r.baseline else ""),
-            "on" if r.speculation else "off",
-            "`" + json.dumps(r.extra) + "`" if r.extra else "–",
-            integer(r.stats.generated_tokens),
-            integer(r.stats.forward_passes),
-            num(r.stats.tokens_per_forward_pass),
-            integer(r.stats.drafts),
-            integer(r.stats.draft_tokens),
-            integer(r.stats.accepted_tokens),
-            percent(r.stats.acceptance_ratio),
-            percent(r.stats.draft_coverage),
-            num(r.stats.decode_seconds),
-            ms(r.tpot),
-            "–" if r.speedup is None else f"{r.speedup:.2f}×",
-            r.finding or "",
-        ]
-        for r in sd.runs
-    ]
-    out += table(
-        [
-            "run",
-            "speculation",
-            "request extras",
-            "tokens",
-            "forward passes",
-            "tokens/pass",
-            "drafts",
-            "draft tokens",
-            "accepted",
-            "acceptance",
-            "draft coverage",
-            "decode s",
-            "TPOT ms",
-            "speed-up",
-            "what it did",
-        ],
-        rows,
-    )
+    out += table_of(RUN_COLUMNS, sd.runs)
     requests = max((r.stats.requests for r in sd.runs), default=0)
     out += [
         f"Tokens, passes, drafts and decode seconds are summed over each run's {requests} "

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
-from vllm_glassbox.lab.backend import Deployed
+from vllm_glassbox.exporter.snapshot import read_snapshot
+from vllm_glassbox.lab.backends.backend import Deployed
 from vllm_glassbox.lab.cli import main as lab_main
-from vllm_glassbox.lab.credentials import ApiKeySource, open_api_key
 from vllm_glassbox.lab.experiments.rate_sweep import (
     ADMISSION,
     CLIENT_LIMIT,
@@ -46,9 +46,11 @@ from vllm_glassbox.lab.experiments.rate_sweep import (
     slo_share,
     tpot_verdict,
 )
+from vllm_glassbox.lab.experiments.rate_sweep.views import sweep_point
 from vllm_glassbox.lab.plan import PlanError, load_plan, packaged_plan, parse_plan
 from vllm_glassbox.lab.report import write_outputs
 from vllm_glassbox.lab.results import LabResults, PhaseResult
+from vllm_glassbox.lab.vllm.credentials import ApiKeySource, open_api_key
 
 from tests.fixtures import FIXTURES
 
@@ -363,6 +365,25 @@ def point(
     return SweepPoint(step_, t, t, 5, 0, 0.5, preempted, 0, headroom, None, **more)
 
 
+def test_the_headroom_of_two_engines_is_each_engines_pool_added_up() -> None:
+    # Two data-parallel engines of 16,384-token pools. By hand: engine 0 holds 8,192
+    # tokens for 4 requests (2,048 each), 8,192 free: 4 more; engine 1 holds 4,096 for
+    # 1 request, 12,288 free: 3 more. The exporter publishes each engine's and the lab
+    # reads their sum: 7 requests, 20,480 tokens (the fullest engine's usage over every
+    # engine's requests made 5 and 8,192).
+    page = read_snapshot(
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 4\n'
+        'vllm:num_requests_running{engine="1",model_name="m"} 1\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
+        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.25\n'
+    )
+    p = sweep_point(0, 1.0, 1.0, page, page, 16384)
+    assert (p.headroom_requests, p.free_tokens) == (7.0, 20480.0)
+    assert (p.running, p.kv_cache_usage) == (5.0, 0.5)  # all requests; the fullest pool
+
+
 def test_the_headroom_forecast_is_how_long_before_the_first_preemption_it_reached_zero() -> None:
     # As the CPU run went: the pool filled (headroom 0), the eviction freed one request's
     # room (1), and vLLM counted the preemption when the request ran again. The exporter,
@@ -470,10 +491,10 @@ def test_every_reader_of_the_page_presents_the_key_to_a_token_checking_proxy(
     """vLLM leaves /metrics open; a proxy in front may not. The lab's client, its poller
     process and the exporter beside the server all present the key (a loopback server
     that answers 401 without it)."""
-    from vllm_glassbox.lab.measure import LabError, Sampler, VllmClient
-    from vllm_glassbox.lab.server_process import free_port
+    from vllm_glassbox.lab.backends.server_process import free_port
     from vllm_glassbox.lab.sidecar import ExporterBeside
     from vllm_glassbox.lab.telemetry import Segment
+    from vllm_glassbox.lab.vllm.client import LabError, Sampler, VllmClient
 
     from tests.misbehaving import FakeVllm, Misbehaving, guarded, healthy
 
@@ -494,7 +515,7 @@ def test_every_reader_of_the_page_presents_the_key_to_a_token_checking_proxy(
             while len(pages) < 2 and time.monotonic() < deadline:
                 time.sleep(0.1)
         assert len(pages) >= 2 and not missed
-        beside = ExporterBeside(free_port(), lambda series: None, bearer_token_file=key.file)
+        beside = ExporterBeside(free_port(), bearer_token_file=key.file)
         try:
             beside.server_ready(Segment("p", "rate-sweep", "", 0.0), Deployed(proxy.url, "", "f"))
             assert beside.read()["glassbox_target_up"] == 1.0

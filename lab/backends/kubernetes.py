@@ -2,8 +2,8 @@
 
 This module is the I/O edge: the API calls, their retries and the waits. What a patch
 holds, the record of the original args and what a restore puts back are the pure
-functions of lab/restore_protocol.py; what a Deployment's and its pods' status say, those
-of lab/rollout_status.py.
+functions of lab/backends/restore_protocol.py; what a Deployment's and its pods' status say, those
+of lab/backends/rollout_status.py.
 
 Per phase: read the Deployment, patch its vLLM container's `args` by flag name (with the
 record of the original args in the same atomic patch), wait for the rollout, find the new
@@ -43,9 +43,9 @@ from kubernetes.config.config_exception import ConfigException
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import Fetcher
 from vllm_glassbox.exporter.snapshot import read_snapshot
-from vllm_glassbox.lab.args import apply_overrides
-from vllm_glassbox.lab.backend import Deployed, FlagOverrides
-from vllm_glassbox.lab.restore_protocol import (
+from vllm_glassbox.lab.backends.args import apply_overrides
+from vllm_glassbox.lab.backends.backend import Deployed, FlagOverrides
+from vllm_glassbox.lab.backends.restore_protocol import (
     KubernetesError,
     Operation,
     args_patch,
@@ -60,7 +60,7 @@ from vllm_glassbox.lab.restore_protocol import (
     served_model_name,
     write_record,
 )
-from vllm_glassbox.lab.rollout_status import (
+from vllm_glassbox.lab.backends.rollout_status import (
     label_selector,
     newest_pod_running,
     pod_ready,

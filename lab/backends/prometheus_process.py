@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import yaml
-from vllm_glassbox.lab.server_process import ChildProcess, free_port
+from vllm_glassbox.lab.backends.server_process import ChildProcess, free_port
 from vllm_glassbox.prometheus import Prometheus
 
 

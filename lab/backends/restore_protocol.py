@@ -1,6 +1,6 @@
 """How the Kubernetes backend changes a Deployment's args and always gets them back.
 
-Pure functions over plain data (annotations, args, container names); lab/kubernetes.py
+Pure functions over plain data (annotations, args, container names); lab/backends/kubernetes.py
 reads the Deployment, calls these, and sends the JSON patches they build.
 
 - What is patched: one container's `args`, by flag name, in a JSON patch (RFC 6902)
@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_glassbox.lab.args import flag_value
-from vllm_glassbox.lab.backend import FlagOverrides
+from vllm_glassbox.lab.backends.args import flag_value
+from vllm_glassbox.lab.backends.backend import FlagOverrides
 
 ANNOTATION = "lab.vllm-glassbox/original-args"
 """On the Deployment while the lab's args may be in place: JSON `{"container", "args"

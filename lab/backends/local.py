@@ -1,12 +1,12 @@
 """The local backend: vLLM (or anything taking vLLM's flags) as a child process.
 
 Each `deploy` stops the previous server and starts a new one from the plan's base args
-with the phase's flags set by name (`lab/args.py`), its whole log captured to its own
+with the phase's flags set by name (`lab/backends/args.py`), its whole log captured to its own
 file — unless the server running has exactly the args asked for: then it is kept (a
 start costs about a minute on two cores; the counters the lab reads are increases, so a
 segment does not need a fresh server). A value `tiny:NAME` anywhere in the args names a
 tiny model of the plan (`target.local.tiny_models`), generated on first use
-(`lab/tinymodel.py`). `restore()` stops the server; `ServerProcess` kills its whole
+(`lab/backends/tinymodel.py`). `restore()` stops the server; `ServerProcess` kills its whole
 process group, so no worker survives.
 """
 
@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_glassbox.lab.args import apply_overrides, flag_value
-from vllm_glassbox.lab.backend import Deployed, FlagOverrides
-from vllm_glassbox.lab.plan import TINY_PREFIX, LocalTarget
-from vllm_glassbox.lab.server_process import DEFAULT_COMMAND, ServerProcess
-from vllm_glassbox.lab.tinymodel import generate
+from vllm_glassbox.lab.backends.args import apply_overrides, flag_value
+from vllm_glassbox.lab.backends.backend import Deployed, FlagOverrides
+from vllm_glassbox.lab.backends.server_process import DEFAULT_COMMAND, ServerProcess
+from vllm_glassbox.lab.backends.targets import TINY_PREFIX, LocalTarget
+from vllm_glassbox.lab.backends.tinymodel import generate
 
 
 class LocalBackend:

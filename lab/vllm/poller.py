@@ -1,13 +1,13 @@
 """The lab's poller, a process of its own: GET URL/metrics on a fixed period, each page or
 failure appended as one JSON line to a file, with when it was sent and when it came back.
 
-    python -m vllm_glassbox.lab.poller URL PERIOD DEADLINE FILE [TOKEN_FILE]
+    python -m vllm_glassbox.lab.vllm.poller URL PERIOD DEADLINE FILE [TOKEN_FILE]
 
 Apart from the lab's process, its schedule cannot be held up by what that process does
 (the request load, the exporter beside the server, writing the report): the times it
 records are the times the pages came. It writes to a file, never to a pipe, so a reader
 that falls behind cannot block it. It stops when its stdin closes (the lab ended, however
-it ended) or on SIGTERM. `measure.Sampler` starts it and reads the file. TOKEN_FILE: a
+it ended) or on SIGTERM. `client.Sampler` starts it and reads the file. TOKEN_FILE: a
 vLLM started with --api-key (or behind a token-checking proxy), read as the exporter does.
 """
 

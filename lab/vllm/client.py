@@ -30,7 +30,7 @@ from vllm_glassbox.exporter.snapshot import (
     Snapshot,
     read_snapshot,
 )
-from vllm_glassbox.lab.credentials import ApiKey
+from vllm_glassbox.lab.vllm.credentials import ApiKey
 
 
 class LabError(RuntimeError):
@@ -53,10 +53,6 @@ def gauge_max(snapshot: Snapshot, name: str) -> float | None:
     """A gauge's largest value over engines (KV usage: the fullest pool)."""
     values = [e.gauges[name] for e in snapshot.engines.values() if name in e.gauges]
     return max(values) if values else None
-
-
-def counter_total(snapshot: Snapshot, name: str) -> float:
-    return sum(e.counters.get(name, 0.0) for e in snapshot.engines.values())
 
 
 @dataclass(frozen=True)
@@ -179,7 +175,7 @@ class VllmClient:
 class Sampler:
     """Polls /metrics on a fixed period (the KV-pressure timeline, live progress).
 
-    It runs apart from the request load: a process of its own (`lab/poller.py`) with its
+    It runs apart from the request load: a process of its own (`lab/vllm/poller.py`) with its
     own connection and a schedule that waits for nothing, which appends every page to a
     file with the times it was sent and came back; a thread here reads the file.
     `on_sample(t, snapshot, latency, delay)` gets each page with the seconds since the
@@ -221,7 +217,7 @@ class Sampler:
             [
                 sys.executable,
                 "-m",
-                "vllm_glassbox.lab.poller",
+                "vllm_glassbox.lab.vllm.poller",
                 self.url,
                 str(self.period),
                 str(self.deadline),

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_glassbox.lab.backend import REMOVE, FlagOverrides, FlagValue, _Remove
+from vllm_glassbox.lab.backends.backend import REMOVE, FlagOverrides, FlagValue, _Remove
 
 # vLLM's short options and the long flag each stands for (vLLM 0.32's parser; a test
 # checks this table against the installed vLLM).

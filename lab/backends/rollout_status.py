@@ -3,7 +3,7 @@ rolled out (and if not, why), whether it stalled, which pod is the new one, and 
 is not ready, in words for an error message.
 
 They read the `kubernetes` client's objects (V1Deployment, V1Pod, V1LabelSelector) by
-attribute and never call the API; lab/kubernetes.py reads the objects and waits.
+attribute and never call the API; lab/backends/kubernetes.py reads the objects and waits.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vllm_glassbox.lab.restore_protocol import KubernetesError
+from vllm_glassbox.lab.backends.restore_protocol import KubernetesError
 
 
 def rollout_problem(deployment: Any, generation: int) -> str | None:
