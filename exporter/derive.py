@@ -319,12 +319,27 @@ def marginal_weight_read_bandwidth(slope_seconds_per_gib: float) -> float | None
     return GIB / slope_seconds_per_gib if slope_seconds_per_gib > 0 else None
 
 
+def cpu_seconds_per_second(
+    before: float | None, after: float | None, seconds: float
+) -> float | None:
+    """CPU seconds a process used per second of wall time (1.0: one core busy throughout;
+    a Python event loop uses at most about that); absent without both readings or when
+    they went down (another process answered)."""
+    if before is None or after is None or after < before:
+        return None
+    return ratio(after - before, seconds)
+
+
 # --- KV cache ---------------------------------------------------------------------------
 
 #: KV usage from which a pool counts as full: vLLM preempts once it cannot grow a running
 #: request's blocks, which a pool of whole blocks reaches short of 100 %. The lab's acts,
 #: the dashboards' threshold and VLLMKVCacheSaturated's (tests/rules/test_pool_full.py).
 KV_POOL_FULL = 0.95
+#: A pool full within this many seconds at its recent growth is about to run out:
+#: VLLMKVCacheExhaustionForecast's threshold and the lab's judgement of the forecasts
+#: (tests/rules/test_pool_full.py).
+KV_EXHAUSTION_WARNING_SECONDS = 600.0
 
 
 def kv_cache_blocks(cache: s.CacheConfig | None) -> int | None:

@@ -91,6 +91,9 @@ _CACHE_CONFIG = "vllm:cache_config_info"
 # (vllm/v1/metrics/loggers.py `record_sleep_state`); glassbox reads the awake one.
 _SLEEP_STATE = "vllm:engine_sleep_state"
 _PROCESS_START = "process_start_time_seconds"
+# CPU seconds of the process that answered: vLLM's API server (one API server: no
+# multiprocess mode). The lab reads it to show how busy the API server was.
+_PROCESS_CPU = "process_cpu_seconds_total"
 # Numbers in cache_config_info for hybrid (attention + mamba) models only (0.11+; other
 # models show "None", or "False" on some builds).
 _MAMBA_LABELS = ("mamba_page_size_padded", "mamba_block_size")
@@ -99,7 +102,7 @@ _V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
 
 WANTED_SAMPLES: frozenset[str] = frozenset(
     [n for names in (*_COUNTERS.values(), *_GAUGES.values()) for n in names]
-    + [_ACCEPTED_PER_POS, _CACHE_CONFIG, _SLEEP_STATE, _PROCESS_START, *_V0_ONLY]
+    + [_ACCEPTED_PER_POS, _CACHE_CONFIG, _SLEEP_STATE, _PROCESS_START, _PROCESS_CPU, *_V0_ONLY]
 )
 
 #: vLLM's page with only the samples read here. vLLM answers /metrics itself (through
@@ -147,6 +150,7 @@ class Snapshot:
     engines: Mapping[EngineKey, EngineSample]
     cache: Mapping[str, CacheConfig] = field(default_factory=dict)  # by engine label
     process_start_time: float | None = None
+    process_cpu_seconds: float | None = None  # the API server's, where the page shows it
     # Shapes of the page glassbox does not read, with a sentence showing each
     # (`glassbox_input_unrecognised{source="page"}`).
     unrecognised: Mapping[str, str] = field(default_factory=dict)
@@ -270,6 +274,7 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
         engines={k: EngineSample(counters.get(k, {}), gauges.get(k, {})) for k in sorted(keys)},
         cache=_cache_configs(samples.get(_CACHE_CONFIG)),
         process_start_time=start,
+        process_cpu_seconds=samples.get(_PROCESS_CPU, {}).get((), None),
         unrecognised=unrecognised,
     )
     _check_engines_agree(snapshot)

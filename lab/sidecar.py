@@ -27,6 +27,7 @@ from vllm_glassbox.exporter.own_page import ExporterPage, read_exporter_page
 from vllm_glassbox.exporter.service import ExporterConfig, serve
 from vllm_glassbox.lab.backends.backend import Deployed
 from vllm_glassbox.lab.compared import KEPT
+from vllm_glassbox.lab.experiments.pool_forecasts import FORECAST_WINDOW_SECONDS
 from vllm_glassbox.lab.telemetry import Observer, Segment
 
 LOOPBACK = "127.0.0.1"
@@ -70,6 +71,8 @@ class ExporterBeside(Observer):
             listen_port=self.port,
             interval_seconds=INTERVAL_SECONDS,
             window_seconds=self.window_seconds,
+            # The pool's growth of the moment, for its forecast: not the segment's.
+            forecast_window_seconds=FORECAST_WINDOW_SECONDS,
             # A loaded server may take over a second to answer /metrics; a late poll is
             # better than a failed one (the next is skipped, not doubled).
             timeout_seconds=POLL_TIMEOUT_SECONDS,
@@ -85,7 +88,7 @@ class ExporterBeside(Observer):
         self._thread.start()
         # Let it see the idle server first, so its window holds the whole workload.
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and not self._page().target_up:
+        while time.monotonic() < deadline and not self.page().target_up:
             time.sleep(0.2)
 
     def page_since(self, unix_time: float) -> tuple[ExporterPage, bool]:
@@ -94,7 +97,7 @@ class ExporterBeside(Observer):
         page = ExporterPage({})
         deadline = time.monotonic() + END_DEADLINE_SECONDS
         while self._thread is not None and time.monotonic() < deadline:
-            page = self._page()
+            page = self.page()
             if page.polled_since(unix_time):
                 return page, True
             time.sleep(0.2)
@@ -105,9 +108,9 @@ class ExporterBeside(Observer):
 
     def read(self, names: Sequence[str] = KEPT) -> dict[str, float]:
         """The exporter's derived series now, summed over engines (one engine here)."""
-        return self._page().totals(names)
+        return self.page().totals(names)
 
-    def _page(self) -> ExporterPage:
+    def page(self) -> ExporterPage:
         """The exporter's page now; an empty one when it cannot be read."""
         try:
             return read_exporter_page(self.url, timeout_seconds=5.0)

@@ -10,7 +10,7 @@ and its plots. The package's `__init__.py` ends with its `Experiment`, and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Set
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +92,9 @@ class ExporterView(Protocol):
     """The exporter beside the servers, read while a kind runs and at the end of each
     segment (`sidecar.ExporterBeside`)."""
 
-    def read(self, names: Sequence[str]) -> Mapping[str, float]: ...
+    def page(self) -> ExporterPage:
+        """Its page now (an empty one when it cannot be read)."""
+        ...
 
     def page_since(self, unix_time: float) -> tuple[ExporterPage, bool]:
         """Its page as of a poll begun after `unix_time`, and whether one came in time."""

@@ -20,6 +20,14 @@ class TimelinePoint:
     generated_tokens: float  # since the flood started
     latency_seconds: float | None = None  # how long vLLM took to answer the poll
     delay_seconds: float | None = None  # how late after its tick the poll was sent
+    # The pool's forecasts at this poll (pool_forecasts.py): the derivation core's over
+    # the lab's polls, and the exporter's beside when there is one.
+    headroom_requests: float | None = None
+    headroom_at_completion: float | None = None
+    exhaustion_seconds: float | None = None
+    exporter_headroom_requests: float | None = None
+    exporter_headroom_at_completion: float | None = None
+    exporter_exhaustion_seconds: float | None = None
 
 
 FILLING = "filling"

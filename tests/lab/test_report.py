@@ -169,6 +169,13 @@ def test_results_json_has_the_contract_keys(tmp_path: Path) -> None:
         "generated_tokens": 1500,
         "latency_seconds": 0.01,
         "delay_seconds": None,
+        # The pool's forecasts: none in these results made by hand.
+        "headroom_requests": None,
+        "headroom_at_completion": None,
+        "exhaustion_seconds": None,
+        "exporter_headroom_requests": None,
+        "exporter_headroom_at_completion": None,
+        "exporter_exhaustion_seconds": None,
     }
     assert kv["missing_acts"] == [] and kv["max_gap_seconds"] == 5
     run = spec["runs"][0]

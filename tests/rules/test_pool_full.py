@@ -1,6 +1,8 @@
 """ "The pool is full" is one number: the derivation core's KV_POOL_FULL, which the lab's
-acts, the dashboards' KV threshold and the VLLMKVCacheSaturated alert all use. The alert
-is plain YAML, so its threshold is read back from its expression here."""
+acts, the dashboards' KV threshold and the VLLMKVCacheSaturated alert all use; "it is
+about to be" another, KV_EXHAUSTION_WARNING_SECONDS, of VLLMKVCacheExhaustionForecast and
+the lab's judgement of the forecasts. The alerts are plain YAML, so their thresholds are
+read back from their expressions here."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import promql_parser
 import yaml
-from vllm_glassbox.exporter.derive import KV_POOL_FULL
+from vllm_glassbox.exporter.derive import KV_EXHAUSTION_WARNING_SECONDS, KV_POOL_FULL
 from vllm_glassbox.lab.experiments import experiment
 from vllm_glassbox.lab.plan_yaml import Node
 
@@ -28,22 +30,32 @@ def _nodes(expr: Any) -> Iterator[Any]:
         yield from _nodes(arg)
 
 
-def usage_thresholds(promql: str) -> list[float]:
-    """The numbers `USAGE` (under any aggregation) is compared with by `>=` in `promql`."""
+def usage_thresholds(promql: str, metric: str = USAGE, op: str = ">=") -> list[float]:
+    """The numbers `metric` (under any aggregation) is compared with by `op` in `promql`."""
     found = []
     for node in _nodes(promql_parser.parse(promql)):
-        if type(node).__name__ != "BinaryExpr" or str(node.op) != ">=":
+        if type(node).__name__ != "BinaryExpr" or str(node.op) != op:
             continue
         selectors = [n.name for n in _nodes(node.lhs) if type(n).__name__ == "VectorSelector"]
-        if selectors == [USAGE] and type(node.rhs).__name__ == "NumberLiteral":
+        if selectors == [metric] and type(node.rhs).__name__ == "NumberLiteral":
             found.append(node.rhs.val)
     return found
 
 
-def test_the_saturation_alert_fires_at_the_cores_full_pool() -> None:
+def _alerts() -> dict[str, dict[str, Any]]:
     groups = yaml.safe_load((REPO / "alerts" / "glassbox-alerts.yaml").read_text())["groups"]
-    alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
-    assert usage_thresholds(alerts["VLLMKVCacheSaturated"]["expr"]) == [KV_POOL_FULL]
+    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+
+
+def test_the_saturation_alert_fires_at_the_cores_full_pool() -> None:
+    assert usage_thresholds(_alerts()["VLLMKVCacheSaturated"]["expr"]) == [KV_POOL_FULL]
+
+
+def test_the_forecast_alert_warns_where_the_lab_judges_the_forecasts() -> None:
+    expr = _alerts()["VLLMKVCacheExhaustionForecast"]["expr"]
+    soon = usage_thresholds(expr, "glassbox_kv_cache_exhaustion_seconds", "<")
+    promised = usage_thresholds(expr, "glassbox_kv_cache_headroom_requests_at_completion", "<")
+    assert (soon, promised) == ([KV_EXHAUSTION_WARNING_SECONDS], [0.0])
 
 
 def test_the_reader_finds_a_threshold_only_where_usage_is_compared() -> None:

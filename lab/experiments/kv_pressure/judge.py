@@ -17,6 +17,7 @@ from vllm_glassbox.lab.experiments.pool_acts import (
     act_names,
     preemption_jumps,
 )
+from vllm_glassbox.lab.experiments.pool_forecasts import PoolForecast
 from vllm_glassbox.lab.vllm.client import gauge_max, gauge_total, increase
 
 # --- its arithmetic (derive's numbers) -----------------------------------------------------
@@ -28,8 +29,12 @@ def timeline_point(
     now: Snapshot,
     latency: float | None = None,
     delay: float | None = None,
+    forecast: PoolForecast | None = None,
+    exporter: PoolForecast | None = None,
 ) -> TimelinePoint:
+    """One poll, with the pool's forecasts at it (the lab's, the exporter's)."""
     grown = increase(baseline, now, t)
+    lab, seen = forecast or PoolForecast(), exporter or PoolForecast()
     return TimelinePoint(
         t=t,
         running=gauge_total(now, s.RUNNING),
@@ -39,6 +44,12 @@ def timeline_point(
         generated_tokens=grown[s.GENERATION_TOKENS],
         latency_seconds=latency,
         delay_seconds=delay,
+        headroom_requests=lab.headroom_requests,
+        headroom_at_completion=lab.headroom_at_completion,
+        exhaustion_seconds=lab.exhaustion_seconds,
+        exporter_headroom_requests=seen.headroom_requests,
+        exporter_headroom_at_completion=seen.headroom_at_completion,
+        exporter_exhaustion_seconds=seen.exhaustion_seconds,
     )
 
 

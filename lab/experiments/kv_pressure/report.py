@@ -14,6 +14,7 @@ from vllm_glassbox.lab.experiments.pool_acts import (
     TimelinePoint,
     preemption_jumps,
 )
+from vllm_glassbox.lab.experiments.pool_forecasts import forecast_table, verdict
 from vllm_glassbox.lab.report_format import (
     Column,
     integer,
@@ -55,6 +56,7 @@ def summary(k: KvPressureResult) -> str:
         )
         + gap
         + (f"; {len(k.missed_polls)} poll(s) failed" if k.missed_polls else "")
+        + (f"; first preemption forecast: {verdict(k.forecast)}" if k.forecast else "")
         + "."
     )
 
@@ -145,6 +147,13 @@ def section(phase: PhaseResult, k: KvPressureResult) -> list[str]:
             out += [f"- poll at {m.t:.1f} s failed: {m.error}"]
         if k.missed_polls:
             out += [""]
+    if k.forecast is not None:
+        out += [
+            f"**Did the pool's forecasts see the first preemption coming?** {verdict(k.forecast)}.",
+            "",
+            *forecast_table(k.forecast),
+            "",
+        ]
     jumps = preemption_jumps(k.timeline)
     biggest = {jumps.index(max(jumps))} if jumps and max(jumps) > 0 else set()
     rows = [_Poll(k.timeline[i], jumps[i]) for i in _sampled(k.timeline, biggest)]

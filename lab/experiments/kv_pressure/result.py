@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from vllm_glassbox.lab.experiments.pool_acts import TimelinePoint
+from vllm_glassbox.lab.experiments.pool_forecasts import ForecastJudgement
 from vllm_glassbox.lab.results import JSON, Startup, startup_json
 
 
@@ -59,6 +60,8 @@ class KvPressureResult:
     poll_seconds: float | None = None  # the period the timeline was polled at
     missed_polls: tuple[MissedPoll, ...] = ()
     late_polls: int = 0  # polls that took longer than one period
+    # The pool's forecasts against the flood's first preemption (pool_forecasts.py).
+    forecast: ForecastJudgement | None = None
 
     def to_json(self) -> JSON:
         p = self.pressure
@@ -85,4 +88,5 @@ class KvPressureResult:
             "max_gap_seconds": p.max_gap_seconds,
             "max_gap_ended_at": p.max_gap_ended_at,
             "missing_acts": list(p.missing_acts),
+            "forecast": asdict(self.forecast) if self.forecast else None,
         }

@@ -15,6 +15,11 @@ from vllm_glassbox.lab.experiments.kv_pressure.judge import pressure_summary, ti
 from vllm_glassbox.lab.experiments.kv_pressure.phase import KvPressurePhase
 from vllm_glassbox.lab.experiments.kv_pressure.result import KvPressureResult, MissedPoll
 from vllm_glassbox.lab.experiments.pool_acts import TimelinePoint
+from vllm_glassbox.lab.experiments.pool_forecasts import (
+    Forecaster,
+    exporter_forecast,
+    judge_timeline,
+)
 from vllm_glassbox.lab.progress import number_text
 from vllm_glassbox.lab.vllm.client import Sampler
 
@@ -33,8 +38,13 @@ def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
         timeline: list[TimelinePoint] = []
         missed: list[MissedPoll] = []
 
+        forecaster = Forecaster(baseline, served.startup.kv_cache_tokens)
+        exporter = lab.exporter
+
         def on_sample(t: float, snap: Snapshot, latency: float, delay: float) -> None:
-            point = timeline_point(t, baseline, snap, latency, delay)
+            forecast = forecaster.at(time.monotonic(), snap, t)
+            seen = exporter_forecast(exporter.page()) if exporter else None
+            point = timeline_point(t, baseline, snap, latency, delay, forecast, seen)
             timeline.append(point)
             lab.progress.tokens(point.generated_tokens, total)
             lab.progress.status(_pressure_line(point))
@@ -68,6 +78,7 @@ def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
             flood_seconds=time.monotonic() - started,
             timeline=tuple(timeline),
             pressure=pressure_summary(timeline, phase.saturation),
+            forecast=judge_timeline(timeline, exporter is not None),
             request_errors=tuple(sorted(set(errors)))[:10],
             poll_seconds=phase.poll_seconds,
             missed_polls=tuple(missed),

@@ -5,14 +5,15 @@ Each step runs `vllm bench serve` (it ships with vLLM: the lab adds no load gene
 against one server: random prompts of given input and output lengths, Poisson or constant
 arrivals (`--burstiness`) at the step's rate, optionally `--max-concurrency`, goodput
 under the plan's SLOs. The benchmark's own JSON of each step is kept. Beside it, a
-poller reads vLLM's page every `poll` seconds (the KV pool's usage and headroom, the
-queue, preemptions), the exporter beside the server gives its headroom series, and the
+poller reads vLLM's page every `poll` seconds (the KV pool's usage and forecasts, the
+queue, preemptions), the exporter beside the server gives its forecast series, and the
 counters around the step give the server's view through the derivation core (TPOT from
 counters, tokens per engine step, preemptions per second, weight-read bandwidth).
 
 What it finds: the knee (the highest rate the server keeps up with), the mechanism that
-ends it, whether the client's and the counters' TPOT agree, and whether the headroom
-series saw the first preemption coming, and how long before.
+ends it, whether the client's and the counters' TPOT agree, and whether the pool's
+forecasts saw the first preemption coming, how long before, and how often they warned of
+nothing (`pool_forecasts.py`).
 
 `phase.py` the phase and its YAML, `bench.py` the benchmark of one step, `run.py` the
 steps against the server, `result.py` what it found (results.json: `steps[]`, `knee`,
@@ -35,7 +36,6 @@ from vllm_glassbox.lab.experiments.rate_sweep.judge import (
     UNEXPLAINED,
     achieved_rate,
     find_knee,
-    forecast,
     judge_steps,
     keeps_up,
     slo_share,
@@ -46,7 +46,6 @@ from vllm_glassbox.lab.experiments.rate_sweep.plot import plots
 from vllm_glassbox.lab.experiments.rate_sweep.report import section, summary
 from vllm_glassbox.lab.experiments.rate_sweep.result import (
     ClientView,
-    Forecast,
     Knee,
     RateSweepResult,
     ServerView,
@@ -71,7 +70,6 @@ __all__ = [
     "UNEXPLAINED",
     "ClientView",
     "Doubling",
-    "Forecast",
     "Knee",
     "RateSweepPhase",
     "RateSweepResult",
@@ -83,7 +81,6 @@ __all__ = [
     "bench_args",
     "client_view",
     "find_knee",
-    "forecast",
     "judge_steps",
     "keeps_up",
     "run_bench",

@@ -1,6 +1,7 @@
 """What the rate sweep's numbers mean: whether a step kept up (and whether it can be
 judged at all), whether the client's and the counters' TPOT agree, the knee and the
-mechanism that ends it, and whether the headroom series saw the first preemption coming."""
+mechanism that ends it. (Whether the pool's forecasts saw the first preemption coming:
+pool_forecasts.py, shared with the KV-pressure kind.)"""
 
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ from dataclasses import replace
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.lab.experiments.rate_sweep.result import (
     ClientView,
-    Forecast,
     Knee,
     ServerView,
-    SweepPoint,
     SweepStep,
 )
+from vllm_glassbox.lab.experiments.rate_sweep.views import MIN_JUDGED_REQUESTS
 from vllm_glassbox.lab.findings import difference
 
 #: The arrivals must span this many times the first requests' latency: a batching server
@@ -46,6 +46,23 @@ def judged(client: ClientView) -> bool:
         and early is not None
         and span >= MIN_SPAN_LATENCIES * early
     )
+
+
+def unjudged_reason(client: ClientView) -> str | None:
+    """Why a step's keeping up cannot be told, or None when it can (`judged`)."""
+    if client.missing_fields:
+        return (
+            f"the benchmark's JSON has no {' and no '.join(client.missing_fields)} "
+            "(vllm bench serve --save-detailed of this version)"
+        )
+    if client.backlog_growth is None:
+        return f"fewer than {MIN_JUDGED_REQUESTS} requests answered"
+    if not judged(client):
+        return (
+            f"its arrivals spanned less than {MIN_SPAN_LATENCIES:g}× the latency of its "
+            "first requests"
+        )
+    return None
 
 
 def keeps_up(client: ClientView, threshold: float) -> bool | None:
@@ -86,16 +103,7 @@ def tpot_verdict(
             ),
         )
     if d > 0:
-        return (
-            d,
-            False,
-            (
-                "the client times tokens as they arrive over HTTP; vLLM's inter-token "
-                "histogram is stamped by the engine. The difference is the API server's delay "
-                "in sending them (it streams several tokens at once when it falls behind the "
-                "engine, its CPU shared with it) and the benchmark's own event loop"
-            ),
-        )
+        return d, False, _client_slower(server)
     return (
         d,
         False,
@@ -103,6 +111,30 @@ def tpot_verdict(
             "the counters' TPOT is higher: tokens of the step that the client did not time "
             "(requests still running at the step's first or last poll) are in the counters"
         ),
+    )
+
+
+def _client_slower(server: ServerView) -> str:
+    """What the step shows beside a client TPOT above the counters': the client times
+    tokens as they arrive over HTTP, vLLM's inter-token histogram as the engine produces
+    them; what lies between is the API server's (and the benchmark's own event loop)."""
+    shown = []
+    cpu = server.api_server_cpu
+    if cpu is not None:
+        shown.append(
+            f"vLLM's API server used {cpu:.2f} CPU-seconds per second"
+            + (" — one event loop busy all along: tokens wait in it" if cpu >= 0.9 else "")
+        )
+    else:
+        shown.append("the API server's CPU is not on the page (several API servers?)")
+    if server.inter_token_latency_seconds is not None:
+        shown.append(f"decode steps took {server.inter_token_latency_seconds * 1000:.1f} ms")
+    shown.append(f"{server.preemptions:g} preemption(s)")
+    if server.peak_waiting:
+        shown.append(f"up to {server.peak_waiting:g} request(s) waited")
+    return (
+        "the client times tokens as they arrive over HTTP, vLLM's inter-token histogram as "
+        "the engine makes them; in this step " + ", ".join(shown)
     )
 
 
@@ -182,48 +214,12 @@ def find_knee(steps: Sequence[SweepStep], keep_up: float) -> Knee:
     return Knee(kept, None, None, None, slo_rate, tuple(unjudged))
 
 
-def _first_zero(points: Sequence[SweepPoint], value: str, until: int) -> float | None:
-    """When the headroom (`value`) first read 0 in the step of the poll `until`, at or
-    before it: the first warning (the pool may free room again as requests finish or are
-    evicted, and fill again)."""
-    step = points[until].step
-    return next(
-        (
-            p.t
-            for p in points[: until + 1]
-            if p.step == step and (v := getattr(p, value)) is not None and v <= 0
-        ),
-        None,
-    )
-
-
-def forecast(points: Sequence[SweepPoint]) -> Forecast:
-    """Whether the headroom series were at 0 (no more request of the current mean size
-    fits) before the first poll that counted a preemption, and for how long."""
-    at = next((i for i, p in enumerate(points) if p.preemptions > 0), None)
-    if at is None:
-        return Forecast(None, None, None, None, None, None, "no preemption happened")
-    first = points[at]
-    lab_zero = _first_zero(points, "headroom_requests", at)
-    exp_zero = _first_zero(points, "exporter_headroom_requests", at)
-    lead = first.t - lab_zero if lab_zero is not None else None
-    exp_lead = first.t - exp_zero if exp_zero is not None else None
-    seen = exp_lead if exp_lead is not None else lead
-    who = "the exporter's" if exp_lead is not None else "the lab's"
-    if seen is None:
-        verdict = "no: the headroom did not reach 0 before the first preemption was counted"
-    elif seen > 0:
-        verdict = f"yes: {who} headroom reached 0 {seen:.1f} s before the first preemption"
-    else:
-        verdict = "at once: the headroom reached 0 at the same poll as the first preemption"
-    return Forecast(first.t, first.step, lab_zero, lead, exp_zero, exp_lead, verdict)
-
-
 def judge_steps(
     steps: Sequence[SweepStep], saturation: float, max_concurrency: int | None
 ) -> list[SweepStep]:
     """Each step with its decode steps against the lowest rate's, and the mechanism that
-    held it back (for those not seen to keep up)."""
+    held it back (for those that fell behind: a step that kept up, or could not be judged,
+    was held back by nothing it showed)."""
     if not steps:
         return []
     first = steps[0]
@@ -231,7 +227,9 @@ def judge_steps(
         replace(
             step,
             decode_slowdown=decode_slowdown(step, first),
-            limit=None if step.keeps_up else limit_of(step, first, saturation, max_concurrency),
+            limit=limit_of(step, first, saturation, max_concurrency)
+            if step.keeps_up is False
+            else None,
         )
         for step in steps
     ]

@@ -7,11 +7,17 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from vllm_glassbox.lab.experiments.pool_acts import SATURATED
+from vllm_glassbox.lab.experiments.pool_forecasts import (
+    FALSE_ALARM_GRACE_SECONDS,
+    forecast_table,
+    verdict,
+)
 from vllm_glassbox.lab.experiments.rate_sweep.judge import (
     LIMITS,
     MIN_SPAN_LATENCIES,
     TPOT_AGREEMENT,
     slo_share,
+    unjudged_reason,
 )
 from vllm_glassbox.lab.experiments.rate_sweep.result import (
     ClientView,
@@ -50,7 +56,7 @@ def summary(r: RateSweepResult) -> str:
             )
     if knee.first_unsustained_rate is not None and knee.limit:
         head += f" (at {knee.first_unsustained_rate:g} req/s: {LIMITS[knee.limit]})"
-    return f"{head}; first preemption forecast: {r.forecast.verdict}."
+    return f"{head}; first preemption forecast: {verdict(r.forecast)}."
 
 
 def _ms(value: float | None) -> str:
@@ -150,8 +156,9 @@ def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
     elif any(st.tpot_agree for st in r.steps):
         out += [f"The two TPOTs agree within {TPOT_AGREEMENT:.0%} at every step.", ""]
     out += ["**The knee.** " + _knee_words(r), "", "**The first preemption.** "]
-    out[-1] += _forecast_words(r)
-    out += [""]
+    words = _forecast_words(r)
+    out[-1] += words[0]
+    out += [*words[1:], ""]
     if SATURATED in {a for st in r.steps for a in st.acts}:
         rates = [f"{st.rate:g}" for st in r.steps if SATURATED in st.acts]
         out += [f"The act *{SATURATED}* happened at {', '.join(rates)} req/s.", ""]
@@ -182,7 +189,15 @@ def _knee_words(r: RateSweepResult) -> str:
         words = (
             f"Every step judged kept up (up to {top:g} req/s): the knee lies higher."
             if top is not None
-            else "No step could be judged."
+            else "No step could be judged: "
+            + "; ".join(
+                dict.fromkeys(
+                    f"at {st.rate:g} req/s {reason}"
+                    for st in r.steps
+                    if st.client and (reason := unjudged_reason(st.client))
+                )
+            )
+            + "."
         )
     else:
         where = (
@@ -217,28 +232,18 @@ def _knee_words(r: RateSweepResult) -> str:
     return words
 
 
-def _forecast_words(r: RateSweepResult) -> str:
+def _forecast_words(r: RateSweepResult) -> list[str]:
     f = r.forecast
     if f.first_preemption_at is None:
-        return "No preemption happened in the sweep."
-    rate = next((st.rate for st in r.steps if st.index == f.first_preemption_step), None)
-    lab = (
-        f"the lab's polls (the derivation core) had it at 0 from t = {f.headroom_zero_at:.1f} s, "
-        f"{f.lead_seconds:.1f} s before"
-        if f.headroom_zero_at is not None and f.lead_seconds is not None
-        else "the lab's polls had it above 0 until then"
-    )
-    exporter = ""
-    if r.exporter:
-        exporter = (
-            f"; the exporter's series was 0 from t = {f.exporter_headroom_zero_at:.1f} s, "
-            f"{f.exporter_lead_seconds:.1f} s before"
-            if f.exporter_headroom_zero_at is not None and f.exporter_lead_seconds is not None
-            else "; the exporter's series was above 0 until then"
-        )
-    return (
+        return ["No preemption happened in the sweep."]
+    step = next((p.step for p in r.timeline if p.t >= f.first_preemption_at), None)
+    rate = next((st.rate for st in r.steps if st.index == step), None)
+    return [
         f"First counted at t = {f.first_preemption_at:.1f} s (the step at {num(rate)} req/s). "
-        f"Did the headroom series (requests of the current mean size that still fit) see it "
-        f"coming? {f.verdict}: {lab}{exporter}. vLLM counts a preemption when the "
-        "preempted request runs again, so the count trails the eviction itself."
-    )
+        f"Did the pool's forecasts see it coming? {verdict(f)}. vLLM counts a preemption "
+        "when the preempted request runs again, so the count trails the eviction itself; a "
+        f"warning no preemption followed within {FALSE_ALARM_GRACE_SECONDS:g} s of its end "
+        "is a false alarm.",
+        "",
+        *forecast_table(f),
+    ]

@@ -1,5 +1,5 @@
 """What the rate sweep found: each poll, each step's client and server views, the knee,
-the headroom's forecast, and the result's JSON (results.json: `steps[]`, `knee`,
+the pool's forecasts judged, and the result's JSON (results.json: `steps[]`, `knee`,
 `forecast`)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from vllm_glassbox.lab.experiments.pool_acts import TimelinePoint
+from vllm_glassbox.lab.experiments.pool_forecasts import ForecastJudgement
 from vllm_glassbox.lab.experiments.rate_sweep.phase import BENCH_LAUNCHER
 from vllm_glassbox.lab.results import JSON, Startup, startup_json
 
@@ -29,6 +30,11 @@ class SweepPoint:
     free_tokens: float | None
     exporter_headroom_requests: float | None = None  # the exporter beside, as it last saw
     exporter_free_tokens: float | None = None
+    # The other forecasts (pool_forecasts.py), the lab's and the exporter's.
+    headroom_at_completion: float | None = None
+    exhaustion_seconds: float | None = None
+    exporter_headroom_at_completion: float | None = None
+    exporter_exhaustion_seconds: float | None = None
 
     def timeline_point(self) -> TimelinePoint:
         return TimelinePoint(
@@ -38,6 +44,12 @@ class SweepPoint:
             self.kv_cache_usage,
             self.preemptions,
             self.generated_tokens,
+            headroom_requests=self.headroom_requests,
+            headroom_at_completion=self.headroom_at_completion,
+            exhaustion_seconds=self.exhaustion_seconds,
+            exporter_headroom_requests=self.exporter_headroom_requests,
+            exporter_headroom_at_completion=self.exporter_headroom_at_completion,
+            exporter_exhaustion_seconds=self.exporter_exhaustion_seconds,
         )
 
 
@@ -67,6 +79,8 @@ class ClientView:
     backlog_growth: float | None
     arrival_span_seconds: float | None = None  # from the first request sent to the last
     early_latency_seconds: float | None = None  # median latency of the first quarter
+    #: Per-request fields the benchmark's JSON lacks, without which the step is not judged.
+    missing_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,9 @@ class ServerView:
     peak_running: float | None
     min_headroom_requests: float | None
     min_exporter_headroom_requests: float | None
+    #: CPU seconds vLLM's API server used per second of the step (its page's
+    #: process_cpu_seconds_total; absent with several API servers).
+    api_server_cpu: float | None = None
 
 
 @dataclass(frozen=True)
@@ -127,19 +144,6 @@ class Knee:
 
 
 @dataclass(frozen=True)
-class Forecast:
-    """Did the headroom series reach 0 before the first preemption, and how long before."""
-
-    first_preemption_at: float | None  # sweep seconds of the poll that first counted one
-    first_preemption_step: int | None
-    headroom_zero_at: float | None  # the lab's polls (the derivation core)
-    lead_seconds: float | None
-    exporter_headroom_zero_at: float | None  # the exporter beside
-    exporter_lead_seconds: float | None
-    verdict: str
-
-
-@dataclass(frozen=True)
 class RateSweepResult:
     startup: Startup | None
     arrivals: str
@@ -152,7 +156,7 @@ class RateSweepResult:
     steps: tuple[SweepStep, ...]
     timeline: tuple[SweepPoint, ...]
     knee: Knee
-    forecast: Forecast
+    forecast: ForecastJudgement  # the pool's forecasts against the first preemption
     missed_polls: int = 0
     exporter: bool = False  # whether an exporter beside gave its headroom series
     host_cpus: int | None = None  # of the lab's machine, beside the steps' host load

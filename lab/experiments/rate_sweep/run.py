@@ -1,5 +1,6 @@
 """The rate sweep against one server: each step's benchmark, the page polled beside it,
-the exporter's headroom read at each poll, the counters around the step."""
+the pool's forecasts at each poll (the lab's and the exporter's), the counters around the
+step."""
 
 from __future__ import annotations
 
@@ -7,32 +8,27 @@ import json
 import os
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.base import PhaseFailed, Served, Services
 from vllm_glassbox.lab.experiments.pool_acts import act_names
+from vllm_glassbox.lab.experiments.pool_forecasts import Forecaster, judge_timeline
 from vllm_glassbox.lab.experiments.rate_sweep.bench import bench_args, run_bench
 from vllm_glassbox.lab.experiments.rate_sweep.judge import (
     achieved_rate,
     find_knee,
-    forecast,
     judge_steps,
     keeps_up,
     tpot_verdict,
 )
 from vllm_glassbox.lab.experiments.rate_sweep.phase import Doubling, RateSweepPhase
 from vllm_glassbox.lab.experiments.rate_sweep.result import RateSweepResult, SweepPoint, SweepStep
-from vllm_glassbox.lab.experiments.rate_sweep.views import (
-    FREE_TOKENS,
-    HEADROOM,
-    client_view,
-    server_view,
-    sweep_point,
-)
+from vllm_glassbox.lab.experiments.rate_sweep.views import client_view, server_view, sweep_point
 from vllm_glassbox.lab.progress import number_text
 from vllm_glassbox.lab.report_format import num
 from vllm_glassbox.lab.vllm.client import LabError, Sampler, gauge_total, increase
@@ -101,6 +97,13 @@ class Sweep:
     steps: list[SweepStep] = field(default_factory=list)
     timeline: list[SweepPoint] = field(default_factory=list)
     missed_polls: int = 0
+    forecaster: Forecaster = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Its sizes of finished requests count from the sweep's start, across its steps.
+        self.forecaster = Forecaster(
+            self.served.client.snapshot(), self.served.startup.kv_cache_tokens
+        )
 
     @property
     def bench_dir(self) -> Path:
@@ -121,7 +124,9 @@ class Sweep:
             steps=judged,
             timeline=tuple(self.timeline),
             knee=find_knee(judged, phase.keep_up),
-            forecast=forecast(self.timeline),
+            forecast=judge_timeline(
+                [replace(p.timeline_point(), t=p.t) for p in self.timeline], exporter is not None
+            ),
             missed_polls=self.missed_polls,
             exporter=exporter is not None,
             host_cpus=os.cpu_count(),
@@ -142,9 +147,12 @@ class Sweep:
         total = float(requests * phase.output_len)
 
         def on_sample(t: float, snap: Snapshot, latency: float, delay: float) -> None:
-            seen = exporter.read((HEADROOM, FREE_TOKENS)) if exporter else None
-            now = time.monotonic() - self.started
-            point = sweep_point(index, now, t, before, snap, capacity, seen)
+            seen = exporter.page() if exporter else None
+            now = time.monotonic()
+            forecast = self.forecaster.at(now, snap, now - self.started)
+            point = sweep_point(
+                index, now - self.started, t, before, snap, capacity, forecast, seen
+            )
             points.append(point)
             lab.progress.tokens(point.generated_tokens, total)
             lab.progress.status(_point_line(point))
@@ -176,8 +184,11 @@ class Sweep:
             before, int(bench.get("total_output_tokens") or 0), view.completed if view else 0
         )
         seconds = view.duration_seconds if view else 0.0
+        cpu = derive.cpu_seconds_per_second(
+            before.process_cpu_seconds, after.process_cpu_seconds, seconds
+        )
         server = server_view(
-            increase(before, after, seconds), points, served.startup, lab.peak_bandwidth
+            increase(before, after, seconds), points, served.startup, lab.peak_bandwidth, cpu
         )
         diff, agree, note = tpot_verdict(view, server)
         acts = act_names([p.timeline_point() for p in points], phase.saturation)

@@ -10,16 +10,16 @@ from typing import Any
 from vllm_glassbox.exporter import derive, series
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import Increase
+from vllm_glassbox.exporter.own_page import ExporterPage
+from vllm_glassbox.exporter.series import KV_FREE
 from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.lab.experiments.pool_forecasts import PoolForecast, exporter_forecast
 from vllm_glassbox.lab.experiments.rate_sweep.result import ClientView, ServerView, SweepPoint
 from vllm_glassbox.lab.findings import fit_line
 from vllm_glassbox.lab.results import Startup
 from vllm_glassbox.lab.vllm.client import gauge_max, gauge_total, increase
 
-#: The exporter's series read at every poll: its forecast of the pool. (Not its
-#: exhaustion time: beside the lab its window spans the whole segment, not the moment.)
-HEADROOM = "glassbox_kv_cache_headroom_requests"
-FREE_TOKENS = "glassbox_kv_cache_free_tokens"
+FREE_TOKENS = KV_FREE.name
 #: Fewest requests a step needs for the backlog's growth to mean something.
 MIN_JUDGED_REQUESTS = 8
 
@@ -31,18 +31,16 @@ def sweep_point(
     baseline: Snapshot,
     now: Snapshot,
     capacity: int | None,
-    exporter: Mapping[str, float] | None = None,
+    forecast: PoolForecast,
+    exporter: ExporterPage | None = None,
 ) -> SweepPoint:
-    """One poll: the pool, the queue and the headroom by the derivation core. The headroom
-    and the free tokens are each engine's pool (`capacity` is one engine's) summed over
-    the engines, as the exporter's per-engine series add up; the usage is the fullest
-    pool's, whose acts the timeline names."""
+    """One poll: the pool, the queue and the forecasts (`forecast`, the derivation core's
+    over the lab's polls; the exporter's on its page). The free tokens are each engine's
+    pool (`capacity` is one engine's) summed over the engines, as the exporter's
+    per-engine series add up; the usage is the fullest pool's, whose acts the timeline
+    names."""
     grown = increase(baseline, now, t_step)
-    pools = [
-        (derive.kv_cache_used_tokens(e.gauges.get(s.KV_USAGE), capacity), e.gauges.get(s.RUNNING))
-        for e in now.engines.values()
-    ]
-    exporter = exporter or {}
+    seen = exporter_forecast(exporter) if exporter is not None else PoolForecast()
     return SweepPoint(
         step=step,
         t=t,
@@ -52,17 +50,28 @@ def sweep_point(
         kv_cache_usage=gauge_max(now, s.KV_USAGE),
         preemptions=grown[s.PREEMPTIONS],
         generated_tokens=grown[s.GENERATION_TOKENS],
-        headroom_requests=_sum(
-            derive.kv_cache_headroom_requests(used, capacity, running) for used, running in pools
+        headroom_requests=forecast.headroom_requests,
+        free_tokens=_sum(
+            derive.kv_cache_free_tokens(
+                derive.kv_cache_used_tokens(e.gauges.get(s.KV_USAGE), capacity), capacity
+            )
+            for e in now.engines.values()
         ),
-        free_tokens=_sum(derive.kv_cache_free_tokens(used, capacity) for used, _ in pools),
-        exporter_headroom_requests=exporter.get(HEADROOM),
-        exporter_free_tokens=exporter.get(FREE_TOKENS),
+        exporter_headroom_requests=seen.headroom_requests,
+        exporter_free_tokens=exporter.totals((FREE_TOKENS,)).get(FREE_TOKENS) if exporter else None,
+        headroom_at_completion=forecast.headroom_at_completion,
+        exhaustion_seconds=forecast.exhaustion_seconds,
+        exporter_headroom_at_completion=seen.headroom_at_completion,
+        exporter_exhaustion_seconds=seen.exhaustion_seconds,
     )
 
 
 def server_view(
-    d: Increase, points: Sequence[SweepPoint], startup: Startup | None, peak: float | None
+    d: Increase,
+    points: Sequence[SweepPoint],
+    startup: Startup | None,
+    peak: float | None,
+    api_server_cpu: float | None = None,
 ) -> ServerView:
     """The step's counters through the derivation core (the exporter's derivation context:
     a mixture-of-experts model's active weights), the polls' peaks beside them."""
@@ -86,6 +95,7 @@ def server_view(
         peak_running=_max(p.running for p in points),
         min_headroom_requests=_min(p.headroom_requests for p in points),
         min_exporter_headroom_requests=_min(p.exporter_headroom_requests for p in points),
+        api_server_cpu=api_server_cpu,
     )
 
 
@@ -138,15 +148,51 @@ def backlog_growth(start_times: Sequence[float], latencies: Sequence[float]) -> 
         return None
 
 
+def _numbers(values: Any) -> list[float | None]:
+    return [
+        float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+        for v in (values if isinstance(values, list) else [])
+    ]
+
+
+def request_latencies(bench: Mapping[str, Any]) -> list[float | None] | None:
+    """Each request's end-to-end latency: the JSON's `latencies` where the benchmark
+    writes them (0.32), else its time to the first token plus its inter-token latencies
+    (`ttfts`, `itls`: 0.11 and 0.24 write no `latencies`); None without either."""
+    if isinstance(bench.get("latencies"), list):
+        return _numbers(bench["latencies"])
+    ttfts, itls = bench.get("ttfts"), bench.get("itls")
+    if not isinstance(ttfts, list) or not isinstance(itls, list) or len(ttfts) != len(itls):
+        return None
+    return [_latency(first, gaps) for first, gaps in zip(_numbers(ttfts), itls, strict=True)]
+
+
+def _latency(first_token: float | None, gaps: Any) -> float | None:
+    """One request's latency: its first token's time plus every gap after it."""
+    seconds = _numbers(gaps)
+    if first_token is None or not isinstance(gaps, list) or None in seconds:
+        return None
+    return first_token + sum(s for s in seconds if s is not None)
+
+
+def missing_fields(bench: Mapping[str, Any]) -> tuple[str, ...]:
+    """The per-request fields of `--save-detailed` a step needs to be judged and the
+    benchmark did not write (vLLM 0.11's JSON has no `start_times`)."""
+    missing = [] if isinstance(bench.get("start_times"), list) else ["start_times"]
+    if request_latencies(bench) is None:
+        missing.append("latencies (or ttfts and itls)")
+    return tuple(missing)
+
+
 def _succeeded(bench: Mapping[str, Any]) -> tuple[list[float], list[float]]:
     """Arrival times and end-to-end latencies of the requests that succeeded."""
-    starts = bench.get("start_times") or []
-    latencies = bench.get("latencies") or []
+    starts = _numbers(bench.get("start_times"))
+    latencies = request_latencies(bench) or []
     errors = bench.get("errors") or [""] * len(starts)
     kept = [
-        (float(t), float(latency))
-        for t, latency, error in zip(starts, latencies, errors, strict=False)
-        if not error and isinstance(t, int | float) and isinstance(latency, int | float)
+        (start, latency)
+        for start, latency, error in zip(starts, latencies, errors, strict=False)
+        if not error and start is not None and latency is not None
     ]
     return [t for t, _ in kept], [latency for _, latency in kept]
 
@@ -182,4 +228,5 @@ def client_view(bench: Mapping[str, Any]) -> ClientView:
         backlog_growth=backlog_growth(starts, latencies),
         arrival_span_seconds=max(starts) - min(starts) if starts else None,
         early_latency_seconds=early_latency(starts, latencies),
+        missing_fields=missing_fields(bench),
     )

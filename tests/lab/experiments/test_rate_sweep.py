@@ -1,6 +1,6 @@
 """The rate sweep without a server: its plan, the benchmark's JSON (captured from real runs
 of `vllm bench serve` against the vLLM CPU build, tests/fixtures/bench), the knee, its
-mechanism, the headroom's forecast, the report; and the API key's path through the lab.
+mechanism, the pool's forecasts, the report; and the API key's path through the lab.
 End to end against a real vLLM: tests/e2e/test_lab_sweep.py."""
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 import yaml
+from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.lab.backends.backend import Deployed
 from vllm_glassbox.lab.cli import main as lab_main
+from vllm_glassbox.lab.experiments.pool_forecasts import Forecaster, judge_timeline
 from vllm_glassbox.lab.experiments.rate_sweep import (
     ADMISSION,
     CLIENT_LIMIT,
@@ -39,7 +41,6 @@ from vllm_glassbox.lab.experiments.rate_sweep import (
     bench_args,
     client_view,
     find_knee,
-    forecast,
     judge_steps,
     keeps_up,
     run_bench,
@@ -379,9 +380,14 @@ def test_the_headroom_of_two_engines_is_each_engines_pool_added_up() -> None:
         'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
         'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.25\n'
     )
-    p = sweep_point(0, 1.0, 1.0, page, page, 16384)
+    forecast = Forecaster(page, 16384).at(0.0, page, 1.0)
+    p = sweep_point(0, 1.0, 1.0, page, page, 16384, forecast)
     assert (p.headroom_requests, p.free_tokens) == (7.0, 20480.0)
     assert (p.running, p.kv_cache_usage) == (5.0, 0.5)  # all requests; the fullest pool
+
+
+def _judged(points: list[SweepPoint]) -> Any:
+    return judge_timeline([replace(p.timeline_point(), t=p.t) for p in points], exporter=True)
 
 
 def test_the_headroom_forecast_is_how_long_before_the_first_preemption_it_reached_zero() -> None:
@@ -395,18 +401,18 @@ def test_the_headroom_forecast_is_how_long_before_the_first_preemption_it_reache
         point(89.4, 1, 1, 0, exporter_headroom_requests=0),
         point(90.5, 1, 1, 2, exporter_headroom_requests=0),
     ]
-    f = forecast(points)
-    assert (f.first_preemption_at, f.first_preemption_step) == (90.5, 1)
-    assert f.headroom_zero_at == 88.5 and f.lead_seconds == pytest.approx(2.0)
-    assert f.exporter_headroom_zero_at == 89.4
-    assert f.exporter_lead_seconds == pytest.approx(1.1)
-    assert f.verdict == "yes: the exporter's headroom reached 0 1.1 s before the first preemption"
-    # A zero in an earlier step is no forecast of this step's preemption.
-    earlier = [point(10, 0, 0, 0), point(20, 1, 3, 0), point(21, 1, 2, 1)]
-    assert forecast(earlier).verdict == (
-        "no: the headroom did not reach 0 before the first preemption was counted"
-    )
-    assert forecast(earlier[:2]).verdict == "no preemption happened"
+    f = _judged(points)
+    lab, exporter = f.check("headroom", "lab"), f.check("headroom", "exporter")
+    assert f.first_preemption_at == 90.5
+    # The lab's 0 at 88.5 s ended a poll before the preemption was counted (it is a
+    # poll late): it warned of it, 2.0 s ahead.
+    assert (lab.warned_at, lab.lead_seconds, lab.false_alarms) == (88.5, pytest.approx(2.0), 0)
+    assert (exporter.warned_at, exporter.lead_seconds) == (89.4, pytest.approx(1.1))
+    # A zero in an earlier step, over before the next began, is a false alarm.
+    earlier = [point(10, 0, 0, 0), point(20, 1, 3, 0), point(100, 1, 2, 1)]
+    check = _judged(earlier).check("headroom")
+    assert (check.lead_seconds, check.warnings, check.false_alarms) == (None, 1, 1)
+    assert _judged(earlier[:2]).first_preemption_at is None
 
 
 def test_the_two_tpots_agree_or_the_report_says_why_not() -> None:
@@ -421,6 +427,35 @@ def test_the_two_tpots_agree_or_the_report_says_why_not() -> None:
     assert why is not None and "over HTTP" in why
     _, _, why = tpot_verdict(replace(c, failed=2), server(tpot_seconds=0.05))
     assert why is not None and why.startswith("2 request(s) failed")
+
+
+def test_a_client_tpot_above_the_counters_is_shown_beside_what_the_step_measured() -> None:
+    # The H200 sweep at 24 req/s: the client's TPOT twice the counters'. The note states the
+    # step's numbers (the API server's CPU from its page, the counters' decode step, the
+    # preemptions and the queue), and a busy event loop only where its CPU shows it.
+    c = client_view(bench_json("cpu-0.32-step-2rps.json"))
+    busy = server(
+        tpot_seconds=0.0107,
+        inter_token_latency_seconds=0.0107,
+        preemptions=223.0,
+        peak_waiting=135,
+        api_server_cpu=0.97,
+    )
+    _, agree, why = tpot_verdict(c, busy)
+    assert agree is False and why is not None
+    assert why.endswith(
+        "in this step vLLM's API server used 0.97 CPU-seconds per second — one event loop "
+        "busy all along: tokens wait in it, decode steps took 10.7 ms, 223 preemption(s), "
+        "up to 135 request(s) waited"
+    )
+    _, _, quiet = tpot_verdict(c, replace(busy, api_server_cpu=0.31, peak_waiting=0))
+    assert quiet is not None and "0.31 CPU-seconds per second, decode steps" in quiet
+    _, _, unseen = tpot_verdict(c, replace(busy, api_server_cpu=None))
+    assert unseen is not None and "the API server's CPU is not on the page" in unseen
+    # CPU seconds per second of wall time, from two readings of one process.
+    assert derive.cpu_seconds_per_second(10.0, 19.0, 10.0) == 0.9
+    assert derive.cpu_seconds_per_second(10.0, 2.0, 10.0) is None  # another process
+    assert derive.cpu_seconds_per_second(None, 2.0, 10.0) is None
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -459,7 +494,7 @@ def test_the_report_shows_each_step_side_by_side_the_knee_and_the_forecast(tmp_p
     points = (point(88.5, 1, 0, 0), point(90.5, 1, 1, 2))
     result = RateSweepResult(
         None, "Poisson", 1.0, 32, 200, None, {"ttft": 2.0}, 0.9, judged, points,
-        find_knee(judged, 0.9), forecast(points),
+        find_knee(judged, 0.9), _judged(list(points)),
     )  # fmt: skip
     results = LabResults("sweep", "local", 0.0, 1.0, "ok")
     results.phases.append(PhaseResult("sweep", "rate-sweep", "ok", 0.0, 1.0, result))
@@ -469,7 +504,9 @@ def test_the_report_shows_each_step_side_by_side_the_knee_and_the_forecast(tmp_p
     assert "| 2 | 70.7 | 70.7 | yes (-0.1%) | 9.41 | 0.273 | 100% | 4 | 20 | 0 |" in report
     assert "There, decode steps took 4.83× as long as at the lowest rate" in report
     assert "Within the SLOs (90% of requests or more): up to 0.5 req/s." in report
-    assert "yes: the lab's headroom reached 0 2.0 s before the first preemption" in report
+    assert "yes: the lab's headroom warned 2.0 s before the first preemption" in report
+    row = "| headroom | no more request of the current mean size fits (headroom ≤ 0) "
+    assert row + "| lab (derivation core) | 2.0 s ahead | 1 | 0 | 2 |" in report
     assert "The act *saturated with a queue*" not in report  # no act named in these steps
     for plot in ("sweep-sweep", "sweep-timeline"):
         assert (tmp_path / "plots" / f"{plot}.png").read_bytes().startswith(PNG)
@@ -478,7 +515,9 @@ def test_the_report_shows_each_step_side_by_side_the_knee_and_the_forecast(tmp_p
     assert phase["kind"] == "rate-sweep" and phase["knee"]["rate"] == 0.5
     assert phase["steps"][1]["client"]["tpot_mean"] == pytest.approx(0.0707, abs=1e-4)
     assert phase["steps"][1]["server"]["preemptions_per_second"] == 0.273
-    assert phase["forecast"]["lead_seconds"] == pytest.approx(2.0)
+    lab_headroom = phase["forecast"]["checks"][0]
+    assert (lab_headroom["forecast"], lab_headroom["source"]) == ("headroom", "lab")
+    assert lab_headroom["lead_seconds"] == pytest.approx(2.0)
 
 
 # --- the key in front of vLLM's page ------------------------------------------------------------
