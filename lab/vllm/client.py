@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from vllm_glassbox.exporter import derive
+from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import Increase, engines_together, snapshot_increases
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import Fetcher
@@ -39,8 +41,13 @@ class LabError(RuntimeError):
 
 def increase(before: Snapshot, after: Snapshot, seconds: float) -> Increase:
     """How much every canonical counter grew from one snapshot to the next, all engines
-    (a restart in between, by the core's rule, counts what the new process counted)."""
-    return engines_together(snapshot_increases(before, after, seconds).values(), seconds)
+    (a restart in between, by the core's rule, counts what the new process counted); the
+    engine steps unknown where several API servers each count a step they took part in
+    (`derive.steps_counted_once`, the page's multiprocess mode)."""
+    grown = engines_together(snapshot_increases(before, after, seconds).values(), seconds)
+    if not derive.steps_counted_once(after.process_start_time, None):
+        return grown.unknown(s.ENGINE_STEPS)
+    return grown
 
 
 def gauge_total(snapshot: Snapshot, name: str) -> float | None:

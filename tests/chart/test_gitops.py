@@ -116,7 +116,7 @@ def test_the_chart_renders_as_a_subchart_with_globals_and_valid_objects(
     spec = deployment["spec"]["template"]["spec"]
     # global.imageRegistry reaches every image; the umbrella's values reach the subchart.
     mirror = "registry.example.com/mirror"
-    assert container_named(spec, "vllm")["image"] == f"{mirror}/vllm/vllm-openai:v0.11.0"
+    assert container_named(spec, "vllm")["image"] == f"{mirror}/vllm/vllm-openai:v0.32.0"
     assert container_named(spec, "glassbox")["image"] == f"{mirror}/vllm-glassbox:0.1.0"
     assert container_named(spec, "vllm")["args"][0] == "Qwen/Qwen2.5-7B-Instruct-AWQ"
     [monitor, _] = rendered.of_kind("ServiceMonitor")

@@ -25,7 +25,8 @@ def _reference(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]
 
 
 def test_fixture_set_covers_captured_and_synthesized_pages() -> None:
-    assert len([p for p in ALL_PAGES if p.startswith("cpu-0.32/")]) == 12
+    # Plain, speculating, the flood, TP=2, DP=2, and a trial on two API servers and on one.
+    assert len([p for p in ALL_PAGES if p.startswith("cpu-0.32/")]) == 16
     # TP=2 idle; one H200: idle, the flood, speculation; two H200s: 11 of vLLM's pages and
     # the exporter's page beside each.
     assert len([p for p in ALL_PAGES if p.startswith("cuda-0.24.0-")]) == 8 + 2 * 11

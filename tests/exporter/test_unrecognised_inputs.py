@@ -91,6 +91,6 @@ def test_a_hybrid_pool_takes_the_size_its_log_states(tmp_path: Path) -> None:
         "GPU KV cache size: 800,000 tokens\n"
     )
     out = exporter_page([hybrid, hybrid], log_text, tmp_path)
-    assert "glassbox_input_unrecognised{" not in out
+    assert 'shape="hybrid_kv_groups"' not in out
     assert 'glassbox_kv_cache_capacity_tokens{engine="0",model_name="qwen3-next"} 800000.0' in out
     assert 'glassbox_kv_cache_used_tokens{engine="0",model_name="qwen3-next"} 400000.0' in out
