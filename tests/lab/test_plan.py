@@ -13,7 +13,7 @@ from vllm_glassbox.lab.cli import choose_backend
 from vllm_glassbox.lab.cli import main as lab_main
 from vllm_glassbox.lab.experiments.kv_pressure import KvPressurePhase
 from vllm_glassbox.lab.experiments.quantization import QuantizationPhase
-from vllm_glassbox.lab.experiments.rate_sweep import Doubling, RateSweepPhase
+from vllm_glassbox.lab.experiments.rate_sweep import RateSweepPhase
 from vllm_glassbox.lab.experiments.spec_decode import SpecDecodePhase
 from vllm_glassbox.lab.plan import (
     PeakBandwidth,
@@ -352,14 +352,16 @@ def test_the_gpu_plan_is_the_articles_scale_on_one_gpu(capsys: pytest.CaptureFix
         ("model defaults (1.05)", True),
         ("no speculation", False),
     ]
-    # Poisson arrivals at doubling rates against the kv-pressure phase's pool: the queue
-    # at a full pool that the all-at-once flood did not show on the H200.
+    # Poisson arrivals at rising rates against the kv-pressure phase's pool (BF16 there:
+    # the same KV bytes per token): the queue at a full pool that the all-at-once flood did
+    # not show on the H200; a start and three 30 s steps fit one 10-minute run.
     assert isinstance(sweep, RateSweepPhase)
-    assert sweep.model == kv.model and sweep.flags == kv.flags
-    assert sweep.arrivals == "Poisson" and sweep.rates == Doubling(0.125, 6)
+    assert sweep.model == "tiny:qwen7b" and sweep.flags == kv.flags
+    assert sweep.arrivals == "Poisson" and sweep.rates == (1.0, 2.0, 4.0)
+    assert sweep.step_seconds == 30.0
     per_request = (sweep.input_len + sweep.output_len) * 57344
     assert int(str(kv.flags["--kv-cache-memory-bytes"])) // per_request == 26  # fit at once
-    assert "rate-sweep (rate-sweep): vllm bench serve from 0.125 req/s doubling" in out
+    assert "rate-sweep (rate-sweep): vllm bench serve at 1, 2, 4 req/s" in out
 
 
 def flag_value_of(args: tuple[str, ...], name: str) -> str | None:

@@ -218,8 +218,8 @@ def judge_steps(
     steps: Sequence[SweepStep], saturation: float, max_concurrency: int | None
 ) -> list[SweepStep]:
     """Each step with its decode steps against the lowest rate's, and the mechanism that
-    held it back (for those that fell behind: a step that kept up, or could not be judged,
-    was held back by nothing it showed)."""
+    held it back: for those that fell behind; for those that could not be judged, only a
+    mechanism they showed (no "unexplained"); none for those that kept up."""
     if not steps:
         return []
     first = steps[0]
@@ -227,12 +227,21 @@ def judge_steps(
         replace(
             step,
             decode_slowdown=decode_slowdown(step, first),
-            limit=limit_of(step, first, saturation, max_concurrency)
-            if step.keeps_up is False
-            else None,
+            limit=_limit(step, first, saturation, max_concurrency),
         )
         for step in steps
     ]
+
+
+def _limit(
+    step: SweepStep, first: SweepStep, saturation: float, max_concurrency: int | None
+) -> str | None:
+    if step.keeps_up:
+        return None
+    limit = limit_of(step, first, saturation, max_concurrency)
+    if step.keeps_up is None and limit in (UNEXPLAINED, FIRST_STEP):
+        return None  # not seen to fall behind: nothing to explain
+    return limit
 
 
 def decode_slowdown(step: SweepStep, first: SweepStep) -> float | None:
