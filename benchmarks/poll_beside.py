@@ -136,6 +136,9 @@ def follow(port: int, args: argparse.Namespace, stop: threading.Event) -> Server
         read = poller.poll_once()
         if not read and vllm_port() != port:
             break  # it was stopped: no failure of a saturated server
+        if not read and not record.answers:
+            stop.wait(args.interval)
+            continue  # still starting: it has not served yet
         record.tried += 1
         for reason, n in poller.errors.items():
             if reason != "slow" and n > errors_before.get(reason, 0):

@@ -56,6 +56,13 @@ class ExporterPage:
             name: sum(value for _, value in self.samples[name]) for name in names if self.has(name)
         }
 
+    def polls(self, reasons: str = "failed") -> float:
+        """The exporter's polls counted by `glassbox_scrape_errors_total`: those that failed
+        (every reason but `slow`), or the `slow` ones (answered after the interval, read)."""
+        values = self.samples.get(series.SCRAPE_ERRORS.name, ())
+        slow = [v for labels, v in values if labels.get("reason") == "slow"]
+        return sum(slow) if reasons == "slow" else sum(v for _, v in values) - sum(slow)
+
     @property
     def target_up(self) -> bool | None:
         """Whether the latest poll of vLLM succeeded; None before the first one ended."""

@@ -71,8 +71,20 @@ ALSO_READ = (
     "glassbox_preemptions_per_second",
     "glassbox_decode_floor_seconds",
 )
-#: What is kept of the exporter at the end of a segment (results.ExporterSeries).
+#: What is kept of the exporter at the end of a segment (results.ExporterSeries):
+#: `glassbox_scrape_errors_total` its failed polls only, beside SLOW_POLLS.
 KEPT = (*ALSO_READ, *COMPARED_NAMES)
+SLOW_POLLS = 'glassbox_scrape_errors_total{reason="slow"}'
+
+
+def kept(page: ExporterPage) -> dict[str, float]:
+    """The exporter's page as the lab keeps it at the end of a segment (KEPT): its polls
+    answered late (read) apart from those that failed."""
+    values = page.totals(KEPT)
+    if values and page.has(series.SCRAPE_ERRORS.name):
+        values["glassbox_scrape_errors_total"] = page.polls("failed")
+        values[SLOW_POLLS] = page.polls("slow")
+    return values
 
 
 def row(name: str, exporter: float | None, lab: float | None, fresh: bool) -> ComparedRow:

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from vllm_glassbox.lab import findings
-from vllm_glassbox.lab.compared import BY_NAME
+from vllm_glassbox.lab.compared import BY_NAME, SLOW_POLLS
 from vllm_glassbox.lab.experiments import for_body
 from vllm_glassbox.lab.report_format import (
     error_block,
@@ -256,9 +256,18 @@ def _exporter_section(results: LabResults) -> list[str]:
     }
     if failed:
         out += [
-            "Polls of vLLM that failed on the exporter's side (a loaded server answering "
-            "`/metrics` late; its windowed series span them): "
+            "Polls of vLLM that failed on the exporter's side (no answer within its "
+            "deadline, or none at all; its windowed series span them): "
             + ", ".join(f"{seg} {n:g}" for seg, n in failed.items())
+            + ".",
+            "",
+        ]
+    late = {e.segment: n for e in results.exporter if (n := e.values.get(SLOW_POLLS))}
+    if late:
+        out += [
+            "Polls of vLLM the exporter read although they answered after its interval (a "
+            "loaded server answering `/metrics` late): "
+            + ", ".join(f"{seg} {n:g}" for seg, n in late.items())
             + ".",
             "",
         ]

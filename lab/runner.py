@@ -25,7 +25,7 @@ from vllm_glassbox.exporter.derive import snapshot_increases
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
 from vllm_glassbox.lab.backends.backend import Backend, FlagOverrides, Terminated, restoring
-from vllm_glassbox.lab.compared import KEPT, compare_segment
+from vllm_glassbox.lab.compared import compare_segment, kept
 from vllm_glassbox.lab.experiments import for_phase
 from vllm_glassbox.lab.experiments.base import (
     STOPPED,
@@ -194,10 +194,10 @@ class Lab:
         if exporter is None:
             return
         page, fresh = exporter.page_since(ended)
-        kept = page.totals(KEPT)
-        if not kept:  # the exporter could not be read
+        seen = kept(page)
+        if not seen:  # the exporter could not be read
             return
-        self.results.exporter.append(ExporterSeries(segment.title, kept))
+        self.results.exporter.append(ExporterSeries(segment.title, seen))
         by_engine = {
             key: segment_values(d, startup, peak)
             for key, d in snapshot_increases(first, last, 0.0).items()

@@ -11,7 +11,7 @@ from vllm_glassbox.exporter.derive import snapshot_increases
 from vllm_glassbox.exporter.own_page import ExporterPage
 from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.lab.analysis import segment_values, startup_facts
-from vllm_glassbox.lab.compared import compare_segment
+from vllm_glassbox.lab.compared import SLOW_POLLS, compare_segment, kept
 from vllm_glassbox.lab.report import render_markdown
 from vllm_glassbox.lab.results import ExporterSeries, LabResults
 
@@ -109,3 +109,19 @@ def test_a_disagreement_is_named_in_the_report() -> None:
     report = render_markdown(results)
     assert "| quant › BF16 | TPOT ms | 10.2 | 10 | +2.0% | **no** |" in report
     assert "**They disagree** on: quant › BF16 TPOT ms." in report
+
+
+def test_the_lab_keeps_the_exporters_late_polls_apart_from_its_failed_ones() -> None:
+    # An H200 sweep's exporter: 14 polls counted in glassbox_scrape_errors_total, which
+    # counts the polls answered after the interval (read, reason slow) beside the failures.
+    page = ExporterPage.parse(
+        "# TYPE glassbox_scrape_errors_total counter\n"
+        'glassbox_scrape_errors_total{reason="slow"} 11\n'
+        'glassbox_scrape_errors_total{reason="timeout"} 2\n'
+        'glassbox_scrape_errors_total{reason="connect"} 1\n'
+        "# TYPE glassbox_target_up gauge\nglassbox_target_up 1\n"
+    )
+    assert (page.polls("failed"), page.polls("slow")) == (3, 11)
+    seen = kept(page)
+    assert seen["glassbox_scrape_errors_total"] == 3 and seen[SLOW_POLLS] == 11
+    assert kept(ExporterPage({})) == {}

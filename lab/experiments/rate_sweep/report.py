@@ -220,7 +220,14 @@ def _knee_words(r: RateSweepResult) -> str:
                 f"lowest rate, {num(step.server.tokens_per_engine_step)} tokens per engine "
                 f"step; peak KV usage {percent(step.server.peak_kv_cache_usage)}, peak queue "
                 f"{integer(step.server.peak_waiting)}, "
-                f"{step.server.preemptions:g} preemptions."
+                f"{step.server.preemptions:g} preemptions"
+                + (
+                    f"; vLLM's API server used {step.server.api_server_cpu:.2f} CPU-seconds "
+                    "per second"
+                    if step.server.api_server_cpu is not None
+                    else ""
+                )
+                + "."
             )
     if r.goodput_slos:
         words += (
