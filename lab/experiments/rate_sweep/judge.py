@@ -67,11 +67,16 @@ def unjudged_reason(client: ClientView) -> str | None:
 
 def keeps_up(client: ClientView, threshold: float) -> bool | None:
     """Served at least `threshold` of the arrival rate, every request answered; None when
-    the step cannot tell (`judged`)."""
+    the step cannot tell (`judged`). A step too short to be judged still falls behind when
+    its backlog already grew faster than keeping up allows: requests all in the batch at
+    once finish together, which only lowers the growth (each later arrival waits less)."""
     achieved = achieved_rate(client)
-    if achieved is None or client.arrival_rate is None or not judged(client):
+    if achieved is None or client.arrival_rate is None:
         return None
-    return client.failed == 0 and achieved >= threshold * client.arrival_rate
+    kept = client.failed == 0 and achieved >= threshold * client.arrival_rate
+    if judged(client):
+        return kept
+    return False if not kept and client.failed == 0 else None
 
 
 def slo_share(client: ClientView) -> float | None:

@@ -6,7 +6,10 @@ fields of several vLLM versions, from which the sweep judges a step."""
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import json
+import statistics
 from typing import Any
 
 import pytest
@@ -183,4 +186,65 @@ def test_a_step_of_vllm_0_11_without_start_times_names_the_missing_field() -> No
     # A step too short to tell says so instead.
     assert unjudged_reason(client_view(_bench("cpu-0.32-step-2rps.json"))) == (
         "its arrivals spanned less than 2× the latency of its first requests"
+    )
+
+
+def _gz(name: str) -> dict[str, Any]:
+    with gzip.open(FIXTURES / "bench" / name, "rt") as f:
+        return dict(json.load(f))
+
+
+def _backlog_by_hand(bench: dict[str, Any]) -> float:
+    """The slope of (k-th completion − k-th arrival) against the k-th arrival, each latency
+    the first token plus every gap: statistics' least squares, not the lab's fit."""
+    arrivals = sorted(bench["start_times"])
+    ends = sorted(
+        t + f + sum(g)
+        for t, f, g in zip(bench["start_times"], bench["ttfts"], bench["itls"], strict=True)
+    )
+    slope, _ = statistics.linear_regression(
+        arrivals, [e - a for a, e in zip(arrivals, ends, strict=True)]
+    )
+    return slope
+
+
+@pytest.mark.parametrize(
+    ("name", "kept", "rate"),
+    [
+        ("cuda-0.24.0-h200-step-4rps.json.gz", True, 4),
+        ("cuda-0.24.0-h200-step-16rps.json.gz", False, 16),
+    ],
+)
+def test_vllm_0_24s_benchmark_on_an_h200_is_judged_from_its_first_tokens_and_gaps(
+    name: str, kept: bool, rate: float
+) -> None:
+    # Captured on one H200 (docs/results/h200-sweep/, sweep A: 512 tokens in and out):
+    # vLLM 0.24's JSON has start_times, ttfts and itls, and no latencies.
+    bench = _gz(name)
+    assert "latencies" not in bench and "start_times" in bench
+    client = client_view(bench)
+    assert client.missing_fields == ()
+    assert client.backlog_growth == pytest.approx(_backlog_by_hand(bench), rel=1e-6)
+    assert client.arrival_rate == pytest.approx(rate, rel=0.02)
+    assert keeps_up(client, 0.9) is kept
+
+
+def test_a_step_too_short_to_judge_falls_behind_when_its_backlog_grows_too_fast() -> None:
+    # The H200's step at 48 req/s: 960 requests over 20 s whose first ones took 30 s, the
+    # backlog growing 3.1 s a second: all of them in the batch at once would only lower it.
+    short = replace_client(arrival_rate=48.0, backlog_growth=3.1, span=20.0, early=30.0)
+    assert keeps_up(short, 0.9) is False
+    # The same shortness with a level backlog cannot tell.
+    assert keeps_up(replace_client(48.0, 0.0, 20.0, 30.0), 0.9) is None
+
+
+def replace_client(arrival_rate: float, backlog_growth: float, span: float, early: float) -> Any:
+    base = client_view(_bench("cpu-0.32-step-2rps.json"))
+    return dataclasses.replace(
+        base,
+        arrival_rate=arrival_rate,
+        backlog_growth=backlog_growth,
+        arrival_span_seconds=span,
+        early_latency_seconds=early,
+        failed=0,
     )
