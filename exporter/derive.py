@@ -633,6 +633,37 @@ def kv_cache_memory_at_utilization(
     return memory_bytes + (other_utilization - utilization) * gpu_memory_bytes
 
 
+def gpu_memory_utilization_for(
+    memory_bytes: float | None,
+    current_memory_bytes: float | None,
+    utilization: float | None,
+    gpu_memory_bytes: float | None,
+) -> float | None:
+    """The `--gpu-memory-utilization` that gives one GPU's pool `memory_bytes` when
+    `utilization` gave it `current_memory_bytes` (the inverse of
+    `kv_cache_memory_at_utilization`); absent above 1, which no GPU has."""
+    if (
+        memory_bytes is None
+        or current_memory_bytes is None
+        or utilization is None
+        or gpu_memory_bytes is None
+    ):
+        return None
+    r = ratio(memory_bytes - current_memory_bytes, gpu_memory_bytes)
+    return physically_possible(None if r is None else utilization + r, at_most=1.0)
+
+
+def weights_at_bits(
+    weights_bytes: float | None, bits: float, from_bits: float = 16.0
+) -> float | None:
+    """The weights stored at `bits` a parameter instead of `from_bits`: every weight
+    scaled alike (a quantized checkpoint keeps its embeddings and norms wider, so it
+    weighs somewhat more: Qwen2.5-7B's AWQ is 37.6 % of its BF16, not 25 %)."""
+    if weights_bytes is None or from_bits <= 0:
+        return None
+    return weights_bytes * bits / from_bits
+
+
 def requests_that_fit(pool_tokens: float | None, request_tokens: float | None) -> float | None:
     """Whole requests of `request_tokens` each that a pool of `pool_tokens` holds."""
     if pool_tokens is None or request_tokens is None or request_tokens <= 0:
@@ -640,12 +671,14 @@ def requests_that_fit(pool_tokens: float | None, request_tokens: float | None) -
     return float(math.floor(pool_tokens / request_tokens + 1e-9))
 
 
-def kv_cache_tokens_demanded(request_tokens: float | None, requests: float | None) -> float | None:
-    """Pool tokens `requests` requests of `request_tokens` each hold together (the running
-    and the waiting at the current mean size, as the rules' replicas_needed counts them)."""
-    if request_tokens is None or requests is None:
+def kv_cache_tokens_demanded(
+    request_tokens: float | None, running: float | None, waiting: float | None
+) -> float | None:
+    """Pool tokens the running and the waiting requests hold together at `request_tokens`
+    each (the current mean size, as the rules' replicas_needed counts them)."""
+    if request_tokens is None or running is None or waiting is None:
         return None
-    return request_tokens * requests
+    return request_tokens * (running + waiting)
 
 
 def tokens_recomputed_by_preemptions(

@@ -19,6 +19,8 @@ from typing import Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from vllm_glassbox.build import Build
+from vllm_glassbox.explain.diagnoses import explain
+from vllm_glassbox.explain.from_exporter import scene_from_state
 from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter.derive import (
     FirstRequests,
@@ -297,6 +299,20 @@ def unrecognised_families(state: PollState) -> list[Metric]:
     return [family]
 
 
+def finding_families(state: PollState) -> list[Metric]:
+    """What `glassbox explain` finds in this poll (the same diagnoses, over the window):
+    one series per finding, for a dashboard's table or an alert; the words at /findings."""
+    explained = explain(scene_from_state(state, unrecognised_inputs(state)))
+    family = series.FINDING_INFO.new()
+    labels = {
+        (explained.scope.model or "", f.diagnosis, f.finding, f.severity): None
+        for f in explained.findings
+    }
+    for values in labels:
+        family.add_metric(list(values), 1.0)
+    return [family]
+
+
 def build_families(state: PollState) -> list[Metric]:
     return (
         self_families(state)
@@ -306,4 +322,5 @@ def build_families(state: PollState) -> list[Metric]:
         + kv_headroom_families(state)
         + first_request_families(state)
         + unrecognised_families(state)
+        + finding_families(state)
     )

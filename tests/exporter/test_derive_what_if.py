@@ -76,6 +76,22 @@ def test_another_gpu_memory_utilization_moves_the_pool_by_that_share_of_the_gpu(
     assert derive.kv_cache_memory_at_utilization(100 * GIB, 0.90, 0.95, None) is None
 
 
+def test_the_utilization_that_gives_a_pool_is_its_memory_as_a_share_of_the_gpu() -> None:
+    # 100 GiB at 0.90 of a 140 GiB GPU; 107 GiB needs 7 / 140 = 0.05 more: 0.95.
+    assert derive.gpu_memory_utilization_for(107 * GIB, 100 * GIB, 0.90, 140 * GIB) == (
+        pytest.approx(0.95)
+    )
+    # 240 GiB would need more than the whole GPU: absent.
+    assert derive.gpu_memory_utilization_for(240 * GIB, 100 * GIB, 0.90, 140 * GIB) is None
+
+
+def test_weights_at_other_bits_scale_every_weight_alike() -> None:
+    # 14.29 GiB of BF16 at 4 bits: 3.5725 GiB; at 8: 7.145 GiB.
+    assert derive.weights_at_bits(14.29 * GIB, 4) == pytest.approx(3.5725 * GIB)
+    assert derive.weights_at_bits(14.29 * GIB, 8) == pytest.approx(7.145 * GIB)
+    assert derive.weights_at_bits(None, 4) is None
+
+
 def test_requests_that_fit_are_whole_requests() -> None:
     assert derive.requests_that_fit(4096.0, 1000.0) == 4.0
     assert derive.requests_that_fit(4096.0, 1024.0) == 4.0
@@ -84,8 +100,10 @@ def test_requests_that_fit_are_whole_requests() -> None:
 
 
 def test_tokens_demanded_and_recomputed_are_requests_at_the_mean_size() -> None:
-    # 16 requests of 620 tokens: 9,920 tokens (the stack's flood on a 4,096-token pool).
-    assert derive.kv_cache_tokens_demanded(620.0, 16.0) == 9920.0
+    # 11 running and 5 waiting requests of 620 tokens: 9,920 tokens (the stack's flood of
+    # 16 on a 4,096-token pool).
+    assert derive.kv_cache_tokens_demanded(620.0, 11.0, 5.0) == 9920.0
+    assert derive.kv_cache_tokens_demanded(620.0, 11.0, None) is None
     # 58 preemptions of requests of 300 tokens: 17,400 tokens prefilled again.
     assert derive.tokens_recomputed_by_preemptions(58.0, 300.0) == 17400.0
     assert derive.tokens_recomputed_by_preemptions(58.0, None) is None
