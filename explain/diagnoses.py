@@ -65,7 +65,7 @@ STAGE_WORDS = {
     "weights_load": "loading the weights",
     "compile": "torch.compile",
     "cuda_graphs": "capturing CUDA graphs",
-    "engine_init": "the engine's initialisation (memory profiling, KV allocation, warm-up)",
+    "engine_init": "the engine's initialisation",
 }
 
 
@@ -195,9 +195,8 @@ def kv_pool(scene: Scene) -> list[Finding]:
     fill = read(scene.kv_usage_peak, "ratio")
     steps = _decode_steps(scene)
     if capacity is None or fill is None:
-        if steps is None or steps.value <= 0:
-            return []
-        missing = "glassbox_kv_cache_capacity_tokens" if capacity is None else "KV usage"
+        if capacity is not None or steps is None or steps.value <= 0:
+            return []  # a pool of known size whose fill was not watched: nothing to say
         return [
             Finding(
                 "kv_pool",
@@ -205,7 +204,10 @@ def kv_pool(scene: Scene) -> list[Finding]:
                 "info",
                 "The KV pool: unknown",
                 say("how full the KV pool ran cannot be said: its size or usage is absent"),
-                unseen=(f"{missing} (vllm:cache_config_info, the exporter's KV series)",),
+                unseen=(
+                    "glassbox_kv_cache_capacity_tokens (vllm:cache_config_info or vLLM's "
+                    "log, read by the exporter)",
+                ),
             )
         ]
     preempted = counted(scene.decode, s.PREEMPTIONS)
@@ -311,7 +313,7 @@ def kv_pool(scene: Scene) -> list[Finding]:
                 deferred=deferred,
             )
         )
-    change += _more_pool(scene, mean, running, waiting, unseen)
+    change.extend(_more_pool(scene, mean, running, waiting, unseen))
     return [
         Finding(
             "kv_pool",
@@ -428,8 +430,8 @@ def speculation(scene: Scene) -> list[Finding]:
         return []
     coverage = core(derive.spec_draft_coverage, scene.decode, unit="ratio")
     acceptance = core(derive.spec_acceptance_ratio, scene.decode, unit="ratio")
-    length = core(derive.spec_mean_acceptance_length, scene.decode, unit="count")
-    per_pass = core(derive.tokens_per_forward_pass, scene.decode, unit="count")
+    length = core(derive.spec_mean_acceptance_length, scene.decode, unit="factor")
+    per_pass = core(derive.tokens_per_forward_pass, scene.decode, unit="factor")
     step = core(derive.inter_token_latency, scene.decode, unit="seconds")
     tpot = core(derive.time_per_output_token, scene.decode, unit="seconds")
     drafts = counted(scene.decode, s.SPEC_DRAFTS)
@@ -500,7 +502,7 @@ def speculation(scene: Scene) -> list[Finding]:
         ]
     if acceptance is not None and acceptance.value < LOW_ACCEPTANCE:
         change = []
-        needed = core(derive.spec_break_even_tokens_per_pass, step, plain, unit="count")
+        needed = core(derive.spec_break_even_tokens_per_pass, step, plain, unit="factor")
         if needed is not None:
             change.append(
                 say(
@@ -569,7 +571,7 @@ def speculation(scene: Scene) -> list[Finding]:
             "spec-decode phase); at most the tokens per forward pass",
         )
     change = []
-    needed = core(derive.spec_break_even_tokens_per_pass, step, plain, unit="count")
+    needed = core(derive.spec_break_even_tokens_per_pass, step, plain, unit="factor")
     cover = core(derive.spec_coverage_needed, needed, length, unit="ratio")
     if needed is not None and cover is not None:
         change.append(
@@ -604,7 +606,7 @@ def decode(scene: Scene) -> list[Finding]:
         return []
     step = core(derive.inter_token_latency, scene.decode, unit="seconds")
     tpot = core(derive.time_per_output_token, scene.decode, unit="seconds")
-    batch = core(derive.tokens_per_engine_step, scene.decode, unit="count")
+    batch = core(derive.tokens_per_engine_step, scene.decode, unit="factor")
     if step is None or tpot is None:
         return []
     weights = read(scene.weights, "bytes")
@@ -697,7 +699,7 @@ def decode(scene: Scene) -> list[Finding]:
                 "decode reads the weights at only {share} of the GPU's {peak} ({bandwidth}): "
                 "a step takes {step}, reading the weights ({weights}) would take {floor} at "
                 "the peak; the rest is per-step work (kernel launches, sampling, scheduling, "
-                "attention) for a batch of {batch} tokens a step",
+                "attention), at {batch} tokens per engine step",
                 share=share,
                 peak=peak,
                 bandwidth=bandwidth,
@@ -736,67 +738,23 @@ def decode(scene: Scene) -> list[Finding]:
 
 
 def _other_precisions(scene: Scene, bandwidth: Figure, unseen: list[str]) -> list[Statement]:
-    """The step (and the pool) at other weights: the lab's variants when a lab run is
-    given, measured there; else 8 and 4 bits of a 16-bit model."""
-    per_pass = core(derive.tokens_per_forward_pass, scene.decode, unit="count")
+    """The step and the pool at other weights: the lab's variants when a lab run is
+    given (and what the lab measured of each, with the error); else 8 and 4 bits of a
+    16-bit model."""
+    per_pass = core(derive.tokens_per_forward_pass, scene.decode, unit="factor")
     variants: Sequence[LabVariant] = scene.lab.variants if scene.lab else ()
-    others = [
-        v for v in variants if scene.weights is None or v.weights_bytes != scene.weights.value
-    ]
-    out = []
-    if others:
-        assert scene.lab is not None
-        for v in others:
-            variant = Reading(v.weights_bytes, f"{scene.lab.source}: {v.name} weights_bytes")
-            predicted_step = core(
-                derive.decode_step_at_bandwidth,
-                variant,
-                bandwidth,
-                scene.tensor_parallel,
-                unit="seconds",
-            )
-            predicted = core(
-                derive.time_per_token_of_step, predicted_step, per_pass, unit="seconds"
-            )
-            measured = read(
-                _lab_reading(scene, v.tpot_seconds, f"{v.name} tpot_seconds"), "seconds"
-            )
-            error = core(derive.prediction_error, predicted, measured, unit="ratio")
-            on_line = core(
-                derive.decode_step_on_line,
-                variant,
-                _lab_reading(scene, scene.lab.slope_seconds_per_gib, "fit slope_seconds_per_gib"),
-                _lab_reading(scene, scene.lab.intercept_seconds, "fit intercept_seconds"),
-                unit="seconds",
-            )
-            line_error = core(derive.prediction_error, on_line, measured, unit="ratio")
-            if predicted is None or measured is None or error is None:
-                continue
-            if on_line is not None and line_error is not None:
-                out.append(
-                    say(
-                        f"{v.name} ({{weights}}) at this bandwidth: {{predicted}} a token; the "
-                        "lab measured {measured} ({error}); the lab's line through its "
-                        "variants says {on_line} ({line_error})",
-                        weights=read(variant, "bytes"),
-                        predicted=predicted,
-                        measured=measured,
-                        error=error,
-                        on_line=on_line,
-                        line_error=line_error,
-                    )
-                )
-            else:
-                out.append(
-                    say(
-                        f"{v.name} ({{weights}}) at this bandwidth: {{predicted}} a token; the "
-                        "lab measured {measured} ({error})",
-                        weights=read(variant, "bytes"),
-                        predicted=predicted,
-                        measured=measured,
-                        error=error,
-                    )
-                )
+    if variants and per_pass is not None and per_pass.value > 1.0:
+        unseen.append(
+            "the lab's precisions beside this server: it speculates, and the lab measured "
+            "them without"
+        )
+        return []
+    out: list[Statement] = []
+    for v in variants:
+        if scene.weights is not None and v.weights_bytes == scene.weights.value:
+            continue  # this server's own precision
+        out.extend(_lab_variant(scene, v, bandwidth, per_pass))
+    if variants:
         return out
     for bits in (8, 4):
         weights = core(derive.weights_at_bits, scene.weights, bits, unit="bytes")
@@ -810,41 +768,108 @@ def _other_precisions(scene: Scene, bandwidth: Figure, unseen: list[str]) -> lis
         predicted = core(derive.time_per_token_of_step, predicted_step, per_pass, unit="seconds")
         if weights is None or predicted is None:
             continue
-        pool = _pool_at_weights(scene, weights)
-        if pool is not None:
-            tokens, fit = pool
-            out.append(
-                say(
-                    f"{bits}-bit weights ({{weights}}, from 16-bit) would take at least "
-                    "{predicted} a token at this bandwidth, and give the pool {tokens} tokens "
-                    "an engine ({fit} requests of the mean size)",
-                    weights=weights,
-                    predicted=predicted,
-                    tokens=tokens,
-                    fit=fit,
-                )
+        tokens = _pool_at_weights(scene, weights)
+        mean = core(
+            derive.kv_cache_mean_request_tokens,
+            scene.kv_used_mean,
+            scene.running_mean,
+            unit="tokens",
+        )
+        fit = core(derive.requests_that_fit, tokens, mean, unit="count")
+        pool = say_if(
+            ", and give the pool {tokens} tokens an engine ({fit} requests of the mean size)",
+            tokens=tokens,
+            fit=fit,
+        ) or say_if(", and give the pool {tokens} tokens an engine", tokens=tokens)
+        out.append(
+            say(
+                f"{bits}-bit weights ({{weights}}, if they are 16-bit now) would take at least "
+                f"{{predicted}} a token at this bandwidth{pool.template if pool else ''}",
+                weights=weights,
+                predicted=predicted,
+                **(dict(pool.figures) if pool else {}),
             )
-        else:
-            out.append(
-                say(
-                    f"{bits}-bit weights ({{weights}}, from 16-bit) would take at least "
-                    "{predicted} a token at this bandwidth",
-                    weights=weights,
-                    predicted=predicted,
-                )
-            )
+        )
     if out:
         unseen.append(
-            "the precision of the weights now (assumed 16-bit) and how much of a step is "
+            "the precision of the weights now (taken as 16-bit) and how much of a step is "
             "not weight reads: a smaller model's step shrinks less than its bytes "
             "(--lab with a quantization phase measures it)"
         )
     return out
 
 
-def _pool_at_weights(scene: Scene, weights: Figure) -> tuple[Figure, Figure] | None:
-    """The pool an engine would have with `weights` (under --gpu-memory-utilization: a pool
-    of fixed memory stays as it is), and the requests of the mean size it holds."""
+def _lab_variant(
+    scene: Scene, v: LabVariant, bandwidth: Figure, per_pass: Figure | None
+) -> list[Statement]:
+    """Another precision the lab measured: its step at this server's bandwidth (and on the
+    lab's line) against the lab's TPOT, its pool against the lab's, each with its error."""
+    assert scene.lab is not None
+    source = scene.lab.source
+    weights = read(Reading(v.weights_bytes, f"{source}: {v.name} weights_bytes"), "bytes")
+    predicted_step = core(
+        derive.decode_step_at_bandwidth, weights, bandwidth, scene.tensor_parallel, unit="seconds"
+    )
+    predicted = core(derive.time_per_token_of_step, predicted_step, per_pass, unit="seconds")
+    measured = read(_lab_reading(scene, v.tpot_seconds, f"{v.name} tpot_seconds"), "seconds")
+    error = core(derive.prediction_error, predicted, measured, unit="error")
+    on_line = core(
+        derive.decode_step_on_line,
+        weights,
+        _lab_reading(scene, scene.lab.slope_seconds_per_gib, "fit slope_seconds_per_gib"),
+        _lab_reading(scene, scene.lab.intercept_seconds, "fit intercept_seconds"),
+        unit="seconds",
+    )
+    line_error = core(derive.prediction_error, on_line, measured, unit="error")
+    line = (
+        "the lab's line goes through it"
+        if v.fitted
+        else "the lab's line through its variants says {on_line} ({line_error})"
+    )
+    out = [
+        say_if(
+            f"{v.name} ({{weights}}) at this bandwidth: {{predicted}} a token; the lab measured "
+            f"{{measured}} ({{error}}); {line}",
+            weights=weights,
+            predicted=predicted,
+            measured=measured,
+            error=error,
+            **({} if v.fitted else {"on_line": on_line, "line_error": line_error}),
+        )
+        or say_if(
+            f"{v.name} ({{weights}}) at this bandwidth: {{predicted}} a token; the lab measured "
+            "{measured} ({error})",
+            weights=weights,
+            predicted=predicted,
+            measured=measured,
+            error=error,
+        )
+    ]
+    tokens = _pool_at_weights(scene, weights) if weights is not None else None
+    measured_tokens = read(
+        _lab_reading(
+            scene,
+            None if v.kv_cache_tokens is None else float(v.kv_cache_tokens),
+            f"{v.name} kv_cache_tokens",
+        ),
+        "tokens",
+    )
+    pool_error = core(derive.prediction_error, tokens, measured_tokens, unit="error")
+    out.append(
+        say_if(
+            f"{v.name}'s weights would leave the pool {{tokens}} tokens an engine; the lab "
+            "measured {measured} ({error})",
+            tokens=tokens,
+            measured=measured_tokens,
+            error=pool_error,
+        )
+    )
+    return [s for s in out if s is not None]
+
+
+def _pool_at_weights(scene: Scene, weights: Figure) -> Figure | None:
+    """The pool an engine would have with `weights` under --gpu-memory-utilization (a
+    pool of fixed memory, --kv-cache-memory-bytes, stays as it is)."""
     if scene.kv_memory_fixed:
         return None
     memory = core(
@@ -858,16 +883,9 @@ def _pool_at_weights(scene: Scene, weights: Figure) -> tuple[Figure, Figure] | N
     per_token = core(
         derive.kv_cache_bytes_per_token, scene.kv_memory, scene.kv_capacity, unit="bytes"
     )
-    tokens = core(
+    return core(
         derive.kv_cache_tokens_for_memory, memory, per_token, scene.kv_block_size, unit="tokens"
     )
-    mean = core(
-        derive.kv_cache_mean_request_tokens, scene.kv_used_mean, scene.running_mean, unit="tokens"
-    )
-    fit = core(derive.requests_that_fit, tokens, mean, unit="count")
-    if tokens is None or fit is None:
-        return None
-    return tokens, fit
 
 
 # --- cold starts --------------------------------------------------------------------------

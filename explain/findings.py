@@ -25,7 +25,15 @@ SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info", "ok")
 
 #: How a figure is shown (render.py): seconds, bytes, bytes/s, a share, a count…
 Unit = Literal[
-    "seconds", "bytes", "bytes_per_second", "ratio", "tokens", "count", "times", "per_second"
+    "seconds",
+    "bytes",
+    "bytes_per_second",
+    "ratio",  # a share: shown in %
+    "error",  # a prediction's error (predicted / measured − 1): shown in %, signed
+    "tokens",
+    "count",
+    "factor",  # tokens per pass, a cost in plain steps: 3 significant digits
+    "times",  # a speed-up: 3.4×
 ]
 
 

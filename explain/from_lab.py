@@ -56,6 +56,8 @@ def baseline(results: Mapping[str, Any], source: str) -> LabBaseline:
         if not isinstance(phase, dict):
             continue
         if phase.get("kind") == "quantization":
+            fit = phase.get("fit") or {}
+            fitted = set(fit.get("fitted") or [])
             for v in phase.get("variants") or []:
                 weights = _number(v.get("weights_bytes"))
                 if weights is None or not v.get("name"):
@@ -67,9 +69,9 @@ def baseline(results: Mapping[str, Any], source: str) -> LabBaseline:
                         weights,
                         _number(v.get("tpot_seconds")),
                         None if tokens is None else int(tokens),
+                        str(v["name"]) in fitted,
                     )
                 )
-            fit = phase.get("fit") or {}
             slope = _number(fit.get("slope_seconds_per_gib"))
             intercept = _number(fit.get("intercept_seconds"))
         elif phase.get("kind") == "spec-decode":

@@ -124,9 +124,12 @@ def queries(sel: Selection) -> dict[str, str]:
         "waiting_by_reason": (
             f"max by ({BY}, reason) (max_over_time(vllm:num_requests_waiting_by_reason{m}{w}))"
         ),
+        # cache_config_info has no model_name: joined through the engine's other series.
         "cache_config": (
             f"group by ({BY}, gpu_memory_utilization, kv_cache_memory_bytes) "
-            f"(last_over_time(vllm:cache_config_info{m}{w}))"
+            f"(last_over_time(vllm:cache_config_info{ns}{w}) * on (namespace, job, instance, "
+            "engine) group_left (model_name) group by (namespace, job, instance, engine, "
+            f"model_name) (last_over_time(vllm:num_requests_running{m}{w})))"
         ),
         "kv_used_mean": f"sum by ({BY}) (avg_over_time({series.KV_USED.name}{m}{w}))",
         "kv_capacity": f"max by ({BY}) (last_over_time({series.KV_CAPACITY.name}{m}{w}))",

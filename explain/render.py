@@ -61,14 +61,18 @@ def rate(value: float) -> str:
 
 def share(value: float) -> str:
     percent = value * 100
+    if 99.5 <= percent < 100:  # nearly full is not full
+        return f"{percent:.1f} %"
     if percent == 0 or abs(percent) >= 10:
         return f"{percent:.0f} %"
     return f"{_significant(percent, 2)} %"
 
 
 def count(value: float) -> str:
-    if value == int(value):
-        return f"{int(value):,}"
+    """A count; Prometheus' increase() extrapolates to the window's edges (35.99 for 36),
+    so from 10 on a count is shown whole."""
+    if value == int(value) or abs(value) >= 10:
+        return f"{value:,.0f}"
     return _significant(value)
 
 
@@ -83,21 +87,13 @@ def show(figure: Figure) -> str:
         return rate(v)
     if unit == "ratio":
         return share(v)
+    if unit == "error":
+        return ("+" if v >= 0 else "−") + share(abs(v))
     if unit == "times":
         return f"{_significant(v)}×"
-    if unit == "per_second":
-        return f"{_significant(v)}/s"
+    if unit == "factor":
+        return _significant(v)
     return count(v)
-
-
-def signed(figure: Figure) -> str:
-    """An error ratio with its sign."""
-    return ("+" if figure.value >= 0 else "") + share(figure.value)
-
-
-def _show(figure: Figure) -> str:
-    # An error of a prediction reads better signed: the ratio figures named *error.
-    return show(figure)
 
 
 def sentence(statement: Statement) -> str:
@@ -113,9 +109,13 @@ def when(unix: float | None) -> str:
 
 
 def heading(scope: Scope) -> str:
+    if scope.source == "lab":
+        return f"{scope.name}: its measured requests ({seconds(scope.window_seconds)})"
+    engines = f"{scope.engines} engine{'s' if scope.engines != 1 else ''}"
+    where = f" {scope.where}" if scope.where else ""
     return (
-        f"{scope.name}: {scope.engines} engine{'s' if scope.engines != 1 else ''}, "
-        f"the {seconds(scope.window_seconds)} to {when(scope.at)} ({scope.source} {scope.where})"
+        f"{scope.name}: {engines}, the {seconds(scope.window_seconds)} to {when(scope.at)} "
+        f"({scope.source}{where})"
     )
 
 

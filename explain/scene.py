@@ -55,6 +55,8 @@ class Scope:
 
     @property
     def name(self) -> str:
+        if self.source == "lab":
+            return self.model or "the lab run"
         parts = []
         if self.namespace:
             parts.append(f"namespace {self.namespace}")
@@ -80,6 +82,7 @@ class LabVariant:
     weights_bytes: float
     tpot_seconds: float | None
     kv_cache_tokens: int | None
+    fitted: bool = False  # one of the points the lab's line was fitted through
 
 
 @dataclass(frozen=True)
