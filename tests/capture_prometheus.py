@@ -52,7 +52,10 @@ def stack_moments(stack: RealStack) -> dict[str, tuple[float, float]]:
 
 def _record(url: str, path: Path, about: dict[str, object], sel: Selection) -> None:
     with RecordingPrometheus(url) as client:
-        read_scenes(client, sel)
+        try:
+            read_scenes(client, sel)
+        except LookupError as e:  # the recordings of a selection with nothing in it
+            about = {**about, "refused": str(e)}
         save(path, about, client)
     print(f"recorded {path.relative_to(REPO)}", file=sys.stderr)
 
@@ -84,7 +87,14 @@ def capture_fleet(workdir: Path) -> None:
         with PrometheusProcess(workdir, config) as prometheus:
             time.sleep(FLEET_WARMUP_SECONDS)
             at = round(time.time(), 3)
-            for name, namespace, model in (("fleet", None, None), ("fleet-one", *FLEET_ONE)):
+            selections = (
+                ("fleet", None, None, at),
+                ("fleet-one", *FLEET_ONE, at),
+                # Nothing there: a namespace the fleet does not have; a window before it.
+                ("fleet-unknown", "team-x", "model-0", at),
+                ("fleet-before", None, None, at - 3600),
+            )
+            for name, namespace, model, at in selections:
                 about = {
                     "captured": datetime.date.today().isoformat(),
                     "how": "tests/capture_prometheus.py fleet: tests/fleet.py's simulator, "
