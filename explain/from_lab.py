@@ -20,6 +20,7 @@ from typing import Any
 
 from vllm_glassbox.explain.diagnoses import explain
 from vllm_glassbox.explain.findings import Explained
+from vllm_glassbox.explain.render import closing_section
 from vllm_glassbox.explain.scene import LabBaseline, LabVariant, Reading, Scene, Scope, Window
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter import snapshot as s
@@ -231,3 +232,9 @@ def _flood_scene(phase: Mapping[str, Any], where: str, what: str, peak: Reading 
 def explain_run(results: Mapping[str, Any], where: str = "results.json") -> Sequence[Explained]:
     """The findings of every server of a lab run."""
     return [explain(scene) for scene in scenes(results, where)]
+
+
+def report_section(results: Mapping[str, Any]) -> list[str]:
+    """The lab report's closing "What this run says" (results.json's shape in)."""
+    section = closing_section(explain_run(results))
+    return section.split("\n") if section else []

@@ -170,6 +170,32 @@ def markdown(explained: Sequence[Explained], level: int = 2) -> str:
     return "\n".join(out)
 
 
+def closing_section(explained: Sequence[Explained], title: str = "What this run says") -> str:
+    """The lab report's closing section: each server's findings, most severe first, with
+    what would change them; the evidence is the run's own results.json. Empty when
+    nothing was found."""
+    if not any(scene.findings for scene in explained):
+        return ""
+    out = [
+        f"## {title}",
+        "",
+        "What `glassbox explain` finds in each server of this run (the same diagnoses as for "
+        "a live server; every number from `results.json`, computed by the derivation core).",
+        "",
+    ]
+    for scene in explained:
+        if not scene.findings:
+            continue
+        out += [f"### {scene.scope.name}", ""]
+        for f in scene.findings:
+            out.append(f"- **[{f.severity}] {f.title}.** {sentence(f.what)}")
+            out += [f"  - {sentence(c)}" for c in f.change]
+            if f.unseen:
+                out.append("  - Could not see " + "; ".join(f.unseen) + ".")
+        out.append("")
+    return "\n".join(out)
+
+
 def _figure_json(figure: Figure) -> dict[str, Any]:
     return {
         "value": figure.value,
