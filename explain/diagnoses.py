@@ -51,6 +51,9 @@ FULL_SOON_SECONDS = 300.0
 BYPASSED_COVERAGE = 0.1
 #: VLLMSpecDecodeAcceptanceLow: under this share of draft tokens accepted.
 LOW_ACCEPTANCE = 0.3
+#: Under this many tokens a forward pass, speculation cannot pay for its drafting and
+#: verifying (at most a tenth faster, before they cost anything).
+CANNOT_PAY_PER_PASS = 1.1
 #: VLLMDecodeBandwidthLow: decode reads the weights under this share of the peak.
 LOW_BANDWIDTH = 0.4
 #: From this share of the peak up, weight reads are most of a decode step.
@@ -71,11 +74,8 @@ STAGE_WORDS = {
 
 def window(scene: Scene) -> Figure:
     """The scene's window, as a figure of its own."""
-    return Figure(scene.scope.window_seconds, "seconds", "read", ())
-
-
-def engines(scene: Scene) -> Figure:
-    return Figure(float(scene.scope.engines), "count", "read", ())
+    scope = scene.scope
+    return Figure(scope.window_seconds, "seconds", "read", (f"the {scope.source}'s window",))
 
 
 def _lab_reading(scene: Scene, value: float | None, what: str) -> Reading | None:
@@ -163,25 +163,20 @@ def idle(scene: Scene) -> list[Finding]:
         return []
     usage = read(scene.kv_usage_peak, "ratio")
     waiting = read(scene.waiting_peak, "count")
-    if usage is not None and waiting is not None:
-        what = say(
-            "vLLM generated {tokens} tokens in the last {window} ({engines} engines): no "
-            "request ran, none waited (the longest queue: {waiting}), the KV pool peaked at "
-            "{usage} full. Nothing to judge; nothing wrong",
-            tokens=tokens,
-            window=window(scene),
-            engines=engines(scene),
-            waiting=waiting,
-            usage=usage,
-        )
-    else:
-        what = say(
-            "vLLM generated {tokens} tokens in the last {window} ({engines} engines): "
-            "nothing to judge; nothing wrong",
-            tokens=tokens,
-            window=window(scene),
-            engines=engines(scene),
-        )
+    what = say_if(
+        "nothing ran in the last {window}: {tokens} tokens generated, no request waiting (the "
+        "longest queue: {waiting}), the KV pool at most {usage} full. Nothing to judge; "
+        "nothing wrong",
+        window=window(scene),
+        tokens=tokens,
+        waiting=waiting,
+        usage=usage,
+    ) or say(
+        "nothing ran in the last {window}: {tokens} tokens generated. Nothing to judge; "
+        "nothing wrong",
+        window=window(scene),
+        tokens=tokens,
+    )
     return [Finding("idle", "idle", "ok", "Idle", what)]
 
 
@@ -228,7 +223,8 @@ def kv_pool(scene: Scene) -> list[Finding]:
     )
     saturated = fill.value >= SATURATED_FILL and waited
     full = fill.value >= SATURATED_FILL
-    soon = exhaustion is not None and exhaustion.value < FULL_SOON_SECONDS
+    # 0 is a pool full now, which vLLM's own usage says better: no forecast then.
+    soon = exhaustion is not None and 0 < exhaustion.value < FULL_SOON_SECONDS
     if not (storm or saturated or full or soon):
         return []
 
@@ -313,7 +309,8 @@ def kv_pool(scene: Scene) -> list[Finding]:
                 deferred=deferred,
             )
         )
-    change.extend(_more_pool(scene, mean, running, waiting, unseen))
+    if waited:  # a pool nobody waited for needs no more room
+        change.extend(_more_pool(scene, mean, running, waiting, unseen))
     return [
         Finding(
             "kv_pool",
@@ -346,6 +343,9 @@ def _more_pool(
         derive.kv_cache_memory_for_tokens, demanded, per_token, scene.kv_block_size, unit="bytes"
     )
     now = read(scene.kv_memory, "bytes")
+    capacity = read(scene.kv_capacity, "tokens")
+    if capacity is not None and demanded is not None and demanded.value <= capacity.value:
+        return []  # the mean size says they fit: they waited for something else
     if memory is None or now is None or demanded is None:
         if now is None:
             unseen.append(
@@ -517,12 +517,17 @@ def speculation(scene: Scene) -> list[Finding]:
                 "temperature), or draft fewer tokens (num_speculative_tokens)"
             )
         )
+        cannot_pay = per_pass.value < CANNOT_PAY_PER_PASS or (
+            needed is not None and per_pass.value < needed.value
+        )
         return [
             Finding(
                 "speculation",
-                "not_paying",
+                "not_paying" if cannot_pay else "low_acceptance",
                 "warning",
-                "Speculation accepts too little to pay",
+                "Speculation cannot pay for itself"
+                if cannot_pay
+                else "Speculation accepts few of its drafts",
                 say(
                     "{coverage} of decode steps drafted, but only {acceptance} of draft tokens "
                     "were accepted: {per_pass} tokens per forward pass, so decoding is at most "
@@ -905,7 +910,10 @@ _STAGE_CHANGE = {
         "capture fewer graph sizes (--cuda-graph-sizes, --max-num-seqs), or "
         "--enforce-eager at the price of slower decode"
     ),
-    "engine_init": ("a smaller --max-num-batched-tokens shortens memory profiling and warm-up"),
+    "engine_init": (
+        "the engine's initialisation is memory profiling, KV allocation and warm-up: a "
+        "smaller --max-num-batched-tokens shortens the profiling and the warm-up"
+    ),
 }
 
 
@@ -933,9 +941,9 @@ def cold_start(scene: Scene) -> list[Finding]:
             "cold_start",
             name,
             "info",
-            f"Cold starts are mostly {STAGE_WORDS[name].split(' (')[0]}",
+            f"Cold starts are mostly {STAGE_WORDS[name]}",
             say(
-                f"the latest start took {{total}}, {{share}} of it {STAGE_WORDS[name]} ({{stage}})",
+                f"the latest start took {{total}}, {{share}} of it {STAGE_WORDS[name]}: {{stage}}",
                 total=total,
                 share=share,
                 stage=stage,

@@ -173,17 +173,6 @@ def _blind(state: PollState, unrecognised: Mapping[tuple[str, str], str]) -> tup
                 f"{series.TARGET_UP.name} 0",
             )
         )
-    failed = {r: n for r, n in state.errors.items() if n and r not in _NOT_FAILED}
-    if failed and state.up:
-        out.append(
-            Blind(
-                "failed_polls",
-                "since the exporter started; by reason: "
-                + ", ".join(f"{r} {n}" for r, n in sorted(failed.items())),
-                float(sum(failed.values())),
-                series.SCRAPE_ERRORS.name,
-            )
-        )
     for (source, shape), shown in sorted(unrecognised.items()):
         out.append(
             Blind(
