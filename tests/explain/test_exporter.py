@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client import generate_latest
-from vllm_glassbox.exporter.exposition import unrecognised_inputs
-from vllm_glassbox.exporter.service import Poller, make_registry, make_server
-from vllm_glassbox.exporter.weights import gpu_bandwidth
 from vllm_glassbox.explain.diagnoses import explain
 from vllm_glassbox.explain.findings import Finding
 from vllm_glassbox.explain.from_exporter import scene_from_state
 from vllm_glassbox.explain.scene import Scene
+from vllm_glassbox.exporter.exposition import unrecognised_inputs
+from vllm_glassbox.exporter.service import Poller, make_registry, make_server
+from vllm_glassbox.exporter.weights import gpu_bandwidth
 
 from tests.explain.run import explain as run_explain
 from tests.exporter.test_exposition_golden import Clock, PageSequence, config
@@ -173,7 +173,7 @@ def serving() -> Iterator[tuple[Poller, str]]:
 def test_findings_are_served_as_json_with_the_scene_they_came_from(
     serving: tuple[Poller, str],
 ) -> None:
-    poller, url = serving
+    _, url = serving
     r = httpx.get(url + "/findings", timeout=10)
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     body = r.json()
@@ -186,7 +186,7 @@ def test_findings_are_served_as_json_with_the_scene_they_came_from(
 
 
 def test_explain_reads_an_exporter_as_the_exporter_finds(serving: tuple[Poller, str]) -> None:
-    poller, url = serving
+    _, url = serving
     ran = run_explain(["--exporter", url, "--format", "json"])
     assert (ran.status, ran.err) == (0, "")
     mine = json.loads(ran.out)["scenes"][0]

@@ -12,9 +12,9 @@ import ast
 from pathlib import Path
 
 import pytest
-from vllm_glassbox.exporter import derive
 from vllm_glassbox.explain import diagnoses
 from vllm_glassbox.explain.findings import core
+from vllm_glassbox.exporter import derive
 
 DIAGNOSES = Path(diagnoses.__file__)
 #: Calls that compute a number (max and min only select among figures, so they stay).
@@ -29,9 +29,10 @@ def arithmetic_in(source: str) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(source)):
         where = f"line {getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.BinOp | ast.AugAssign) and isinstance(node.op, OPERATORS):
-            found.append(f"{where}: {ast.unparse(node)}")
-        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        operator = getattr(node, "op", None)
+        if (isinstance(node, ast.BinOp | ast.AugAssign) and isinstance(operator, OPERATORS)) or (
+            isinstance(node, ast.UnaryOp) and isinstance(operator, ast.USub)
+        ):
             found.append(f"{where}: {ast.unparse(node)}")
         elif isinstance(node, ast.Call):
             name = ast.unparse(node.func)
