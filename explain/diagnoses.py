@@ -75,7 +75,14 @@ STAGE_WORDS = {
 def window(scene: Scene) -> Figure:
     """The scene's window, as a figure of its own."""
     scope = scene.scope
-    return Figure(scope.window_seconds, "seconds", "read", (f"the {scope.source}'s window",))
+    return Figure(scope.window_seconds, "seconds", "read", (_WINDOWS[scope.source],))
+
+
+_WINDOWS = {
+    "prometheus": "the window (--since)",
+    "exporter": "the exporter's window (--window)",
+    "lab": "the measured requests",
+}
 
 
 def _lab_reading(scene: Scene, value: float | None, what: str) -> Reading | None:
@@ -249,7 +256,7 @@ def kv_pool(scene: Scene) -> list[Finding]:
         )
         what = say(
             "the KV pool ({capacity} tokens an engine) ran {fill} full, and vLLM preempted "
-            "{preempted} requests in {window} while up to {waiting} waited for room",
+            "requests {preempted} times in {window} while up to {waiting} waited for room",
             capacity=capacity,
             fill=fill,
             preempted=preempted,
@@ -513,8 +520,9 @@ def speculation(scene: Scene) -> list[Finding]:
             )
         change.append(
             say(
-                "turn speculation off for sampled traffic (rejections grow with the "
-                "temperature), or draft fewer tokens (num_speculative_tokens)"
+                "draft fewer tokens (num_speculative_tokens), or a proposer that predicts "
+                "this traffic better (a draft model, EAGLE); sampled requests (a temperature "
+                "above zero) reject more drafts: speculation off for them"
             )
         )
         cannot_pay = per_pass.value < CANNOT_PAY_PER_PASS or (
