@@ -168,7 +168,7 @@ def _blind(state: PollState, unrecognised: Mapping[tuple[str, str], str]) -> tup
         out.append(
             Blind(
                 "target_down",
-                f"failed polls since the exporter started: {reasons or 'none counted'}",
+                f"the reasons of its failed polls so far: {reasons or 'none counted'}",
                 None,
                 f"{series.TARGET_UP.name} 0",
             )

@@ -362,24 +362,14 @@ def _blind(answers: Answers, key: Key, sel: Selection) -> tuple[Blind, ...]:
     out = []
     down = answers.reading("target_down", key)
     if down is not None:
-        out.append(
-            Blind(
-                "target_down",
-                f"{down.value:g} exporters of this model cannot read their vLLM now",
-                down.value,
-                down.source,
-            )
-        )
+        out.append(Blind("target_down", "glassbox_target_up 0", down.value, down.source))
     failed = answers.by_key("failed_polls").get(key, [])
     if failed:
-        reasons = ", ".join(
-            f"{r['metric'].get('reason', '?')} {_value(r):.0f}"
-            for r in sorted(failed, key=lambda r: r["metric"].get("reason", ""))
-        )
+        reasons = sorted(r["metric"].get("reason", "?") for r in failed)
         out.append(
             Blind(
                 "failed_polls",
-                f"in the window, by reason: {reasons}",
+                f"by reason: {', '.join(reasons)}",
                 math.fsum(_value(r) for r in failed),
                 answers.asked["failed_polls"],
             )

@@ -214,3 +214,23 @@ def test_the_three_formats_say_the_same_findings() -> None:
     text, md, js = (render(explained, f) for f in ("text", "markdown", "json"))
     what = sentence(explained[0].findings[0].what)
     assert what in text and what in md and what in js.replace("\\u2026", "…")
+
+
+def test_an_exporter_that_cannot_read_vllm_is_critical_and_named_with_its_count() -> None:
+    scene = replace(
+        scenes.idle(),
+        blind=(
+            Blind("target_down", "glassbox_target_up 0", 2.0, "count(glassbox_target_up == 0)"),
+            Blind(
+                "input_unrecognised", "vLLM's log has a shape {x} glassbox does not read", None, "q"
+            ),
+        ),
+    )
+    found = explain(scene).findings
+    assert [(f.finding, f.severity) for f in found[:2]] == [
+        ("target_down", "critical"),
+        ("input_unrecognised", "warning"),
+    ]
+    assert found[0].what.figures["count"].value == 2.0
+    assert sentence(found[0].what).startswith("2 exporters of this model cannot read their vLLM")
+    assert "a shape {x} glassbox" in sentence(found[1].what)  # braces are words, not fields
