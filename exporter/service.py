@@ -26,7 +26,12 @@ from vllm_glassbox.explain.from_exporter import findings_document, scene_from_st
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.endpoints import landing_page, metrics_answer
 from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.exposition import PollState, build_families, unrecognised_inputs
+from vllm_glassbox.exporter.exposition import (
+    PollState,
+    finding_families,
+    poll_families,
+    unrecognised_inputs,
+)
 from vllm_glassbox.exporter.fetch import DEFAULT_MAX_BYTES, Fetcher, TargetCredentials
 from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
 from vllm_glassbox.exporter.history import History
@@ -443,7 +448,7 @@ class Poller:
         )
         self._tell_unrecognised(unrecognised_inputs(state))
         # One reference swap: a scrape sees the previous publication or this one, whole.
-        self._published = [f for f in build_families(state) if f.samples]
+        self._published = [f for f in poll_families(state) if f.samples]
         self.state = state
 
     def _tell_unrecognised(self, shapes: Mapping[tuple[str, str], str]) -> None:
@@ -478,9 +483,24 @@ class _Published:
 
     def __init__(self, poller: Poller) -> None:
         self._poller = poller
+        self._cached: tuple[PollState, list[Metric]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         yield from self._poller.published
+        yield from self._findings()
+
+    def _findings(self) -> list[Metric]:
+        """The findings of the latest poll, built by the first scrape that asks (a scrape
+        may run beside a poll: each reads one state, whole)."""
+        state = self._poller.state
+        if state is None:
+            return []
+        cached = self._cached
+        if cached is not None and cached[0] is state:
+            return cached[1]
+        families = [f for f in finding_families(state) if f.samples]
+        self._cached = (state, families)
+        return families
 
     def describe(self) -> list[Metric]:
         return []
