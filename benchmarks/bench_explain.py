@@ -30,8 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from vllm_glassbox.explain.cli import main as explain  # noqa: E402
+from vllm_glassbox.explain.from_prometheus import Selection, queries  # noqa: E402
 from vllm_glassbox.lab.prometheus_process import PrometheusProcess  # noqa: E402
 from vllm_glassbox.prometheus import Prometheus  # noqa: E402
+from vllm_glassbox.units import parse_duration  # noqa: E402
 
 from tests.fleet import Fleet, plan_pods, serve  # noqa: E402
 
@@ -119,8 +121,20 @@ def main() -> None:
                     runs[name].append(seconds)
                     shape[name] = (scenes, findings)
             load_after = os.getloadavg()[0]
+            # Where the fleet's time goes: each query alone, one after the other.
+            with Prometheus(prometheus.url, timeout_seconds=120) as client:
+                at = time.time()
+                sel = Selection(prometheus.url, None, None, parse_duration(args.since), at)
+                slowest = []
+                for name, expr in queries(sel).items():
+                    began = time.perf_counter()
+                    client.query(expr, at)
+                    slowest.append((time.perf_counter() - began, name))
     print(f"pods {args.pods}, --since {args.since}, warm-up {args.warmup:g} s")
     print(f"load average {load_before:.1f} -> {load_after:.1f}")
+    total = sum(seconds for seconds, _ in slowest)
+    top = ", ".join(f"{name} {seconds:.2f} s" for seconds, name in sorted(slowest)[::-1][:5])
+    print(f"the fleet's {len(slowest)} queries one after the other: {total:.2f} s; slowest: {top}")
     for name, target in (("one", 10.0), ("fleet", 60.0)):
         scenes, findings = shape[name]
         verdict = "within" if max(runs[name]) <= target else "OVER"

@@ -178,12 +178,16 @@ class Answers:
     def __init__(self, asked: Mapping[str, str], answered: Mapping[str, list[dict[str, Any]]]):
         self.asked = asked
         self.answered = answered
+        self._by_key: dict[str, dict[Key, list[dict[str, Any]]]] = {}
 
     def by_key(self, name: str) -> dict[Key, list[dict[str, Any]]]:
-        out: dict[Key, list[dict[str, Any]]] = {}
-        for result in self.answered.get(name, []):
-            out.setdefault(_key(result["metric"]), []).append(result)
-        return out
+        """A query's results by model and namespace (indexed once: a fleet has hundreds)."""
+        if name not in self._by_key:
+            out: dict[Key, list[dict[str, Any]]] = {}
+            for result in self.answered.get(name, []):
+                out.setdefault(_key(result["metric"]), []).append(result)
+            self._by_key[name] = out
+        return self._by_key[name]
 
     def reading(self, name: str, key: Key) -> Reading | None:
         results = self.by_key(name).get(key, [])
