@@ -28,6 +28,7 @@ from vllm_glassbox.explain.findings import (
     Statement,
     core,
     counted,
+    joined,
     ordered,
     read,
     say,
@@ -710,22 +711,8 @@ def decode(scene: Scene) -> list[Finding]:
         finding, title = "not_weight_bound", "Decode is not bound by weight reads"
         severity = "warning" if share.value < LOW_BANDWIDTH else "info"
         assumes.append("the peak is the datasheet's (or the one given): a GPU reaches less")
-        if batch is not None:
-            what = say(
-                "decode reads the weights at only {share} of the GPU's {peak} ({bandwidth}): "
-                "a step takes {step}, reading the weights ({weights}) would take {floor} at "
-                "the peak; the rest is per-step work (kernel launches, sampling, scheduling, "
-                "attention), at {batch} tokens per engine step",
-                share=share,
-                peak=peak,
-                bandwidth=bandwidth,
-                step=step,
-                weights=weights,
-                floor=floor,
-                batch=batch,
-            )
-        else:
-            what = say(
+        what = joined(
+            say(
                 "decode reads the weights at only {share} of the GPU's {peak} ({bandwidth}): "
                 "a step takes {step}, reading the weights ({weights}) would take {floor} at "
                 "the peak; the rest is per-step work (kernel launches, sampling, scheduling, "
@@ -736,7 +723,9 @@ def decode(scene: Scene) -> list[Finding]:
                 step=step,
                 weights=weights,
                 floor=floor,
-            )
+            ),
+            say_if(", at {batch} tokens per engine step", batch=batch),
+        )
     change = _other_precisions(scene, bandwidth, unseen)
     return [
         Finding(
@@ -798,12 +787,14 @@ def _other_precisions(scene: Scene, bandwidth: Figure, unseen: list[str]) -> lis
             fit=fit,
         ) or say_if(", and give the pool {tokens} tokens an engine", tokens=tokens)
         out.append(
-            say(
-                f"{bits}-bit weights ({{weights}}, if they are 16-bit now) would take at least "
-                f"{{predicted}} a token at this bandwidth{pool.template if pool else ''}",
-                weights=weights,
-                predicted=predicted,
-                **(dict(pool.figures) if pool else {}),
+            joined(
+                say(
+                    f"{bits}-bit weights ({{weights}}, if they are 16-bit now) would take at "
+                    "least {predicted} a token at this bandwidth",
+                    weights=weights,
+                    predicted=predicted,
+                ),
+                pool,
             )
         )
     if out:

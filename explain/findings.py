@@ -128,6 +128,16 @@ def say_if(template: str, **figures: Figure | None) -> Statement | None:
     return say(template, **figures)
 
 
+def joined(first: Statement, *more: Statement | None) -> Statement:
+    """One sentence of several parts (the absent ones left out)."""
+    template, figures = first.template, dict(first.figures)
+    for part in more:
+        if part is not None:
+            template = f"{template}{part.template}"
+            figures |= part.figures
+    return Statement(template, figures)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One diagnosis of one scene, in words, with its numbers."""
