@@ -64,6 +64,21 @@ MIN_DECODE_STEPS = 10.0
 #: A stage with at least this share of a start dominates it.
 DOMINANT_STAGE = 0.5
 
+#: Shapes of vLLM's output glassbox does not read (glassbox_input_unrecognised) that leave
+#: a diagnosis' inputs untrustworthy: with one flagged it says so, and advises nothing.
+UNTRUSTED = {
+    "speculation": ("v0_spec_counters", "several_servers_behind_the_target"),
+    "decode": (
+        "weights_of_another_model",
+        "experts_across_engines",
+        "unplaced_engine",
+        "several_servers_behind_the_target",
+    ),
+    "kv_pool": ("hybrid_kv_groups", "no_cache_config_info", "several_servers_behind_the_target"),
+}
+#: Tokens per engine step are no count of a batch on a V0 page (docs/exporter.md).
+UNTRUSTED_BATCH = "v0_engine_steps"
+
 RUNBOOK = "https://github.com/vllm-glassbox/vllm-glassbox/blob/main/alerts/runbook.md"
 STAGE_WORDS = {
     "weights_load": "loading the weights",
@@ -84,6 +99,38 @@ _WINDOWS = {
     "exporter": "the exporter's window (--window)",
     "lab": "the measured requests",
 }
+
+
+def _flagged(scene: Scene, shapes: Sequence[str]) -> list[str]:
+    return [b.shape for b in scene.blind if b.shape is not None and b.shape in shapes]
+
+
+def untrusted(diagnosis: Diagnosis) -> Diagnosis:
+    """`diagnosis`, unless glassbox flagged a shape of its inputs it does not read: then
+    one finding that says which, and nothing advised."""
+    shapes = UNTRUSTED[diagnosis.__name__]
+
+    def guarded(scene: Scene) -> list[Finding]:
+        flagged = _flagged(scene, shapes)
+        if not flagged:
+            return diagnosis(scene)
+        return [
+            Finding(
+                diagnosis.__name__,
+                "not_judged",
+                "info",
+                f"{diagnosis.__name__.replace('_', ' ').capitalize()}: not judged",
+                say(
+                    f"glassbox does not trust what this would be judged on ({', '.join(flagged)}"
+                    "): nothing is advised"
+                ),
+                unseen=tuple(f'glassbox_input_unrecognised{{shape="{s}"}}' for s in flagged),
+            )
+        ]
+
+    guarded.__name__ = diagnosis.__name__
+    guarded.__doc__ = diagnosis.__doc__
+    return guarded
 
 
 def _lab_reading(scene: Scene, value: float | None, what: str) -> Reading | None:
@@ -623,7 +670,9 @@ def decode(scene: Scene) -> list[Finding]:
         return []
     step = core(derive.inter_token_latency, scene.decode, unit="seconds")
     tpot = core(derive.time_per_output_token, scene.decode, unit="seconds")
-    batch = core(derive.tokens_per_engine_step, scene.decode, unit="factor")
+    batch = None
+    if not _flagged(scene, (UNTRUSTED_BATCH,)):
+        batch = core(derive.tokens_per_engine_step, scene.decode, unit="factor")
     if step is None or tpot is None:
         return []
     weights = read(scene.weights, "bytes")
@@ -958,7 +1007,14 @@ def cold_start(scene: Scene) -> list[Finding]:
 
 #: Every diagnosis, in the order their findings show within one severity. An SLO
 #: diagnosis goes here (see the module's docstring).
-DIAGNOSES: tuple[Diagnosis, ...] = (glassbox, idle, kv_pool, speculation, decode, cold_start)
+DIAGNOSES: tuple[Diagnosis, ...] = (
+    glassbox,
+    idle,
+    untrusted(kv_pool),
+    untrusted(speculation),
+    untrusted(decode),
+    cold_start,
+)
 
 
 def explain(scene: Scene, diagnoses: Sequence[Diagnosis] = DIAGNOSES) -> Explained:

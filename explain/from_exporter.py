@@ -180,6 +180,7 @@ def _blind(state: PollState, unrecognised: Mapping[tuple[str, str], str]) -> tup
                 f"vLLM's {source} has a shape glassbox does not read, {shape} ({shown})",
                 None,
                 f'{series.INPUT_UNRECOGNISED.name}{{source="{source}",shape="{shape}"}}',
+                shape,
             )
         )
     return tuple(out)

@@ -387,6 +387,7 @@ def _blind(answers: Answers, key: Key, sel: Selection) -> tuple[Blind, ...]:
                 f"{labels.get('shape', '?')}",
                 None,
                 answers.asked["unrecognised"],
+                labels.get("shape"),
             )
         )
     if not answers.by_key("exporters").get(key):

@@ -72,6 +72,7 @@ class Blind:
     detail: str  # in words: the reason, the shape, the job
     count: float | None  # how many (polls, targets), where it counts
     source: str
+    shape: str | None = None  # input_unrecognised: the shape (glassbox_input_unrecognised)
 
 
 @dataclass(frozen=True)

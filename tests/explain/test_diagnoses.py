@@ -234,3 +234,19 @@ def test_an_exporter_that_cannot_read_vllm_is_critical_and_named_with_its_count(
     assert found[0].what.figures["count"].value == 2.0
     assert sentence(found[0].what).startswith("2 exporters of this model cannot read their vLLM")
     assert "a shape {x} glassbox" in sentence(found[1].what)  # braces are words, not fields
+
+
+def test_a_flagged_input_is_never_advised_on() -> None:
+    """A V0 page's speculative counters are running totals glassbox drops
+    (v0_spec_counters): the speculation they would show is not judged."""
+    flag = Blind(
+        "input_unrecognised",
+        "vLLM's page has a shape glassbox does not read, v0_spec_counters",
+        None,
+        'glassbox_input_unrecognised{source="page",shape="v0_spec_counters"}',
+        "v0_spec_counters",
+    )
+    found = {f.diagnosis: f for f in explain(replace(scenes.bypassed(), blind=(flag,))).findings}
+    assert (found["speculation"].finding, found["speculation"].change) == ("not_judged", ())
+    assert "v0_spec_counters" in sentence(found["speculation"].what)
+    assert found["glassbox"].finding == "input_unrecognised"
