@@ -2,7 +2,7 @@
 and what would change it.
 
     glassbox explain --prometheus URL [--namespace NS] [--model M] [--since 1h] [--at TIME]
-    glassbox explain --exporter URL
+    glassbox explain --exporter URL [--ca-file F] [--username-file F --password-file F]
       [--format text|markdown|json] [--lab results.json] [--gpu-memory BYTES]
 
 The output is written whole once everything is read, or not at all. Exit status:
@@ -35,6 +35,7 @@ from vllm_glassbox.explain.from_prometheus import NotFound, NothingHere, Selecti
 from vllm_glassbox.explain.render import FORMATS, render
 from vllm_glassbox.explain.scene import LabBaseline, Reading, Scene
 from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.exporter.fetch import TargetCredentials
 from vllm_glassbox.helptext import examples
 from vllm_glassbox.prometheus import Prometheus, PrometheusError
 from vllm_glassbox.units import base_url_problems, parse_duration, parse_positive_number
@@ -105,6 +106,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "--gpu-memory-utilization that would hold the KV demand",
     )
     parser.add_argument("--timeout", default="30s", metavar="DUR", help="per request (default 30s)")
+    parser.add_argument("--ca-file", metavar="FILE", help="CA to trust for an https exporter")
+    parser.add_argument(
+        "--username-file", metavar="FILE", help="basic auth towards the exporter (its web config)"
+    )
+    parser.add_argument("--password-file", metavar="FILE", help="its password")
     return parser
 
 
@@ -122,7 +128,10 @@ def _scenes_from_prometheus(args: argparse.Namespace, gpu_memory: Reading | None
 
 def _scenes_from_exporter(args: argparse.Namespace, gpu_memory: Reading | None) -> list[Scene]:
     url = args.exporter.rstrip("/")
-    scenes = read_findings_page(url, parse_duration(args.timeout))
+    credentials = TargetCredentials(
+        ca_file=args.ca_file, username_file=args.username_file, password_file=args.password_file
+    )
+    scenes = read_findings_page(url, parse_duration(args.timeout), credentials)
     return [
         replace(scene, scope=replace(scene.scope, where=url), gpu_memory=gpu_memory)
         for scene in scenes
@@ -138,6 +147,10 @@ def main(argv: Sequence[str], prog: str = "glassbox explain") -> int:
         parser.error(f"{url}: {'; '.join(problems)}")
     if args.exporter and (args.namespace or args.model or args.at):
         parser.error("--namespace, --model and --at select in Prometheus: not with --exporter")
+    if args.prometheus and (args.ca_file or args.username_file or args.password_file):
+        parser.error("--ca-file, --username-file and --password-file reach an exporter")
+    if bool(args.username_file) != bool(args.password_file):
+        parser.error("--username-file and --password-file go together")
     try:
         parse_duration(args.since)
         parse_duration(args.timeout)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +24,17 @@ from vllm_glassbox.exporter.weights import gpu_bandwidth
 
 from tests.explain.run import explain as run_explain
 from tests.exporter.test_exposition_golden import Clock, PageSequence, config
+from tests.exporter.test_security import (
+    PASSWORD,
+    USER,
+    bcrypt_hash,
+    exporter,
+    write_web_config,
+)
 from tests.fixtures import LOGS, page
+from tests.k8s_double import wait_until
+from tests.misbehaving import FakeVllm, Misbehaving, healthy
+from tests.tlsfiles import make_pki
 
 
 def polled(pages: list[str], version: str, interval: float = 10.0, **flags: Any) -> Poller:
@@ -195,3 +206,24 @@ def test_explain_reads_an_exporter_as_the_exporter_finds(serving: tuple[Poller, 
     assert mine["scope"]["where"] == url
     text = run_explain(["--exporter", url]).out
     assert text.startswith("model tiny: 1 engine") and "[warning] The KV pool is full" in text
+
+
+def test_explain_reads_an_exporter_over_tls_with_basic_auth(tmp_path: Path) -> None:
+    """The chart's locked-down exporter (TLS, basic auth): read with the probe's flags; a
+    wrong password is status 6, naming the HTTP status, never the password."""
+    pki = make_pki(tmp_path / "pki")
+    web = write_web_config(tmp_path / "web.yml", pki, {USER: bcrypt_hash(PASSWORD)})
+    (tmp_path / "username").write_text(USER + "\n")
+    (tmp_path / "password").write_text(PASSWORD + "\n")
+    files = ["--username-file", str(tmp_path / "username"),
+             "--password-file", str(tmp_path / "password")]  # fmt: skip
+    with Misbehaving(FakeVllm()) as target:
+        target.behave(healthy(target.fake))
+        with exporter(web, target.url) as url:
+            args = ["--exporter", url, "--ca-file", str(pki.ca), *files]
+            wait_until(lambda: run_explain(args).status == 0, timeout=30)  # its first poll
+            assert "model " in run_explain(args).out
+            (tmp_path / "password").write_text("guess-4711\n")
+            refused = run_explain(args)
+    assert (refused.status, refused.out) == (6, "")
+    assert "HTTP 401" in refused.err and "guess-4711" not in refused.err
