@@ -215,6 +215,22 @@ def idle(scene: Scene) -> list[Finding]:
     """Nothing decoded over the window: nothing to judge, said plainly."""
     if scene.decode is None:
         return []
+    if not scene.decode.increase.counters:
+        return [
+            Finding(
+                "idle",
+                "no_increase",
+                "info",
+                "Nothing to judge yet",
+                say(
+                    "none of vLLM's counters has an increase over the last {window}: the window "
+                    "holds fewer than two scrapes of them (a longer --since, or a server that "
+                    "just started); nothing is judged",
+                    window=window(scene),
+                ),
+                unseen=("every windowed number: increase() needs two samples in the window",),
+            )
+        ]
     steps = _decode_steps(scene)
     tokens = counted(scene.decode, s.GENERATION_TOKENS, "tokens")
     if steps is None or tokens is None or steps.value > 0 or tokens.value > 0:

@@ -250,3 +250,10 @@ def test_a_flagged_input_is_never_advised_on() -> None:
     assert (found["speculation"].finding, found["speculation"].change) == ("not_judged", ())
     assert "v0_spec_counters" in sentence(found["speculation"].what)
     assert found["glassbox"].finding == "input_unrecognised"
+
+
+def test_a_window_without_two_scrapes_judges_nothing_and_says_so() -> None:
+    scene = replace(scenes.idle(), decode=scenes.window())
+    found = explain(scene).findings
+    assert [(f.diagnosis, f.finding) for f in found] == [("idle", "no_increase")]
+    assert "fewer than two scrapes" in sentence(found[0].what)
