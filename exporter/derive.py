@@ -646,3 +646,233 @@ class Context:
     weights_bytes: float | None = None
     peak_bandwidth: float | None = None  # of one GPU
     tensor_parallel: int = 1
+
+
+# --- what would change it ---------------------------------------------------------------
+# The what-ifs `glassbox explain` states, each from what was measured: another precision,
+# another memory budget for the KV pool, speculation's break-even. Like every number
+# above, computed here only.
+
+
+def kv_cache_fill(used_tokens: float | None, capacity_tokens: float | None) -> float | None:
+    """Share of the pool running requests hold: used tokens / capacity."""
+    if used_tokens is None or capacity_tokens is None:
+        return None
+    return ratio(used_tokens, capacity_tokens)
+
+
+def kv_cache_bytes_per_token(
+    memory_bytes: float | None, capacity_tokens: float | None
+) -> float | None:
+    """KV memory of one GPU per token of its pool, as the pool was sized: what one more
+    token of pool costs (all layers, this GPU's share of the KV heads)."""
+    if memory_bytes is None or capacity_tokens is None:
+        return None
+    return ratio(memory_bytes, capacity_tokens)
+
+
+def kv_cache_tokens_for_memory(
+    memory_bytes: float | None, bytes_per_token: float | None, block_size: int | None = None
+) -> int | None:
+    """Tokens a pool of `memory_bytes` (one GPU's) holds: vLLM allocates whole blocks, so
+    the tokens are rounded down to a whole number of blocks."""
+    if memory_bytes is None or bytes_per_token is None or bytes_per_token <= 0:
+        return None
+    if memory_bytes <= 0:
+        return 0
+    tokens = math.floor(memory_bytes / bytes_per_token + 1e-9)
+    if block_size:
+        tokens -= tokens % block_size
+    return tokens
+
+
+def kv_cache_memory_for_tokens(
+    tokens: float | None, bytes_per_token: float | None, block_size: int | None = None
+) -> float | None:
+    """Memory of one GPU a pool of at least `tokens` needs (whole blocks): what to give
+    `--kv-cache-memory-bytes`."""
+    if tokens is None or bytes_per_token is None or tokens < 0:
+        return None
+    whole = math.ceil(tokens - 1e-9)
+    if block_size:
+        whole = math.ceil(whole / block_size) * block_size
+    return whole * bytes_per_token
+
+
+def kv_cache_memory_with_weights(
+    memory_bytes: float | None,
+    weights_bytes: float | None,
+    other_weights_bytes: float | None,
+    shards: int = 1,
+) -> float | None:
+    """One GPU's KV memory when the model's weights weigh `other_weights_bytes` instead:
+    under `--gpu-memory-utilization` vLLM gives the pool what the weights leave, so every
+    byte of weights saved on a GPU (its 1/`shards` share, TP × PP) becomes KV cache."""
+    if memory_bytes is None or weights_bytes is None or other_weights_bytes is None:
+        return None
+    return memory_bytes + (weights_bytes - other_weights_bytes) / max(shards, 1)
+
+
+def kv_cache_memory_at_utilization(
+    memory_bytes: float | None,
+    utilization: float | None,
+    other_utilization: float | None,
+    gpu_memory_bytes: float | None,
+) -> float | None:
+    """One GPU's KV memory at another `--gpu-memory-utilization`: vLLM's budget is that
+    share of the GPU's memory, and the pool gets what the budget gains or loses."""
+    if (
+        memory_bytes is None
+        or utilization is None
+        or other_utilization is None
+        or gpu_memory_bytes is None
+    ):
+        return None
+    return memory_bytes + (other_utilization - utilization) * gpu_memory_bytes
+
+
+def gpu_memory_utilization_for(
+    memory_bytes: float | None,
+    current_memory_bytes: float | None,
+    utilization: float | None,
+    gpu_memory_bytes: float | None,
+) -> float | None:
+    """The `--gpu-memory-utilization` that gives one GPU's pool `memory_bytes` when
+    `utilization` gave it `current_memory_bytes` (the inverse of
+    `kv_cache_memory_at_utilization`); absent above 1, which no GPU has."""
+    if (
+        memory_bytes is None
+        or current_memory_bytes is None
+        or utilization is None
+        or gpu_memory_bytes is None
+    ):
+        return None
+    r = ratio(memory_bytes - current_memory_bytes, gpu_memory_bytes)
+    return physically_possible(None if r is None else utilization + r, at_most=1.0)
+
+
+def weights_at_bits(
+    weights_bytes: float | None, bits: float, from_bits: float = 16.0
+) -> float | None:
+    """The weights stored at `bits` a parameter instead of `from_bits`: every weight
+    scaled alike (a quantized checkpoint keeps its embeddings and norms wider, so it
+    weighs somewhat more: Qwen2.5-7B's AWQ is 37.6 % of its BF16, not 25 %)."""
+    if weights_bytes is None or from_bits <= 0:
+        return None
+    return weights_bytes * bits / from_bits
+
+
+def requests_that_fit(pool_tokens: float | None, request_tokens: float | None) -> float | None:
+    """Whole requests of `request_tokens` each that a pool of `pool_tokens` holds."""
+    if pool_tokens is None or request_tokens is None or request_tokens <= 0:
+        return None
+    return float(math.floor(pool_tokens / request_tokens + 1e-9))
+
+
+def kv_cache_tokens_demanded(
+    request_tokens: float | None, running: float | None, waiting: float | None
+) -> float | None:
+    """Pool tokens the running and the waiting requests hold together at `request_tokens`
+    each (the current mean size, as the rules' replicas_needed counts them)."""
+    if request_tokens is None or running is None or waiting is None:
+        return None
+    return request_tokens * (running + waiting)
+
+
+def tokens_recomputed_by_preemptions(
+    preemptions: float | None, request_tokens: float | None
+) -> float | None:
+    """Tokens vLLM computes again after preempting: a preempted request (vLLM V1) drops
+    its KV cache and is prefilled again from its prompt and what it had generated; at
+    the current mean size, each preemption costs one request's tokens."""
+    if preemptions is None or request_tokens is None:
+        return None
+    return preemptions * request_tokens
+
+
+def decode_step_at_bandwidth(
+    weights_bytes: float | None, bandwidth_per_gpu: float | None, tensor_parallel: int = 1
+) -> float | None:
+    """Seconds of one decode step that reads `weights_bytes` at `bandwidth_per_gpu` (each
+    GPU its 1/TP share): the step another precision would take at the bandwidth this one
+    achieved, if decode is bound by weight reads (with the peak: `decode_floor_seconds`)."""
+    return decode_floor_seconds(weights_bytes, bandwidth_per_gpu, tensor_parallel)
+
+
+def decode_step_on_line(
+    weights_bytes: float | None,
+    slope_seconds_per_gib: float | None,
+    intercept_seconds: float | None,
+) -> float | None:
+    """The lab's fitted line TPOT = a·GiB + b at `weights_bytes`: the fixed per-step cost
+    (b) included, which a bandwidth alone leaves out."""
+    if weights_bytes is None or slope_seconds_per_gib is None or intercept_seconds is None:
+        return None
+    return slope_seconds_per_gib * weights_bytes / GIB + intercept_seconds
+
+
+def time_per_token_of_step(
+    step_seconds: float | None, tokens_per_forward_pass: float | None
+) -> float | None:
+    """Seconds per decode token when one step of `step_seconds` makes
+    `tokens_per_forward_pass` tokens (1 without speculation)."""
+    if step_seconds is None or tokens_per_forward_pass is None:
+        return None
+    return ratio(step_seconds, tokens_per_forward_pass)
+
+
+def prediction_error(predicted: float | None, measured: float | None) -> float | None:
+    """How far a prediction landed from the measured value: predicted / measured − 1."""
+    if predicted is None or measured is None:
+        return None
+    r = ratio(predicted, measured)
+    return None if r is None else r - 1.0
+
+
+def spec_speedup(
+    step_seconds: float | None,
+    tokens_per_forward_pass: float | None,
+    plain_step_seconds: float | None,
+) -> float | None:
+    """Decode speed-up of speculation: a token's time without it (one token per step of
+    `plain_step_seconds`) over its time with it."""
+    with_it = time_per_token_of_step(step_seconds, tokens_per_forward_pass)
+    if with_it is None or plain_step_seconds is None:
+        return None
+    return ratio(plain_step_seconds, with_it)
+
+
+def spec_break_even_tokens_per_pass(
+    step_seconds: float | None, plain_step_seconds: float | None
+) -> float | None:
+    """Tokens each speculative step must make to be as fast as plain decoding: a step
+    with speculation (drafting, verifying) over a plain one."""
+    if step_seconds is None or plain_step_seconds is None:
+        return None
+    return ratio(step_seconds, plain_step_seconds)
+
+
+def spec_coverage_needed(
+    tokens_per_pass_needed: float | None, mean_acceptance_length: float | None
+) -> float | None:
+    """Share of decode steps that must draft for speculation to make
+    `tokens_per_pass_needed` tokens per step, when a drafting step makes
+    `mean_acceptance_length` tokens and a step that does not draft makes one. Above 1:
+    no coverage is enough at this acceptance; absent when a draft adds nothing."""
+    if tokens_per_pass_needed is None or mean_acceptance_length is None:
+        return None
+    return ratio(max(tokens_per_pass_needed - 1.0, 0.0), mean_acceptance_length - 1.0)
+
+
+def share_of(part: float | None, whole: float | None) -> float | None:
+    """`part` / `whole`: a stage's share of a start, one engine's share of a total."""
+    if part is None or whole is None:
+        return None
+    return ratio(part, whole)
+
+
+def startup_without_stage(total: float | None, stage: float | None) -> float | None:
+    """A start's seconds without one of its stages (which do not overlap)."""
+    if total is None or stage is None:
+        return None
+    return max(total - stage, 0.0)

@@ -19,6 +19,8 @@ from typing import Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from vllm_glassbox.build import Build
+from vllm_glassbox.explain.diagnoses import explain
+from vllm_glassbox.explain.from_exporter import scene_from_state
 from vllm_glassbox.exporter import series
 from vllm_glassbox.exporter.cold_start import ColdStart
 from vllm_glassbox.exporter.derive import (
@@ -311,7 +313,22 @@ def unrecognised_families(state: PollState) -> list[Metric]:
     return [family]
 
 
-def build_families(state: PollState) -> list[Metric]:
+def finding_families(state: PollState) -> list[Metric]:
+    """What `glassbox explain` finds in this poll (the same diagnoses, over the window):
+    one series per finding, for a dashboard's table or an alert; the words at /findings."""
+    explained = explain(scene_from_state(state, unrecognised_inputs(state)))
+    family = series.FINDING_INFO.new()
+    labels = {
+        (explained.scope.model or "", f.diagnosis, f.finding, f.severity): None
+        for f in explained.findings
+    }
+    for values in labels:
+        family.add_metric(list(values), 1.0)
+    return [family]
+
+
+def poll_families(state: PollState) -> list[Metric]:
+    """The families every poll publishes at once."""
     return (
         self_families(state)
         + static_families(state)
@@ -321,3 +338,10 @@ def build_families(state: PollState) -> list[Metric]:
         + first_request_families(state)
         + unrecognised_families(state)
     )
+
+
+def build_families(state: PollState) -> list[Metric]:
+    """The whole page of one poll. The exporter builds the findings when a scrape asks
+    for them (once per poll at most, `service.py`), not at every poll: they cost a poll
+    about half again what the rest of its families cost."""
+    return poll_families(state) + finding_families(state)

@@ -130,6 +130,14 @@ INPUT_UNRECOGNISED = gauge(
     "not guessed.",
     ("source", "shape"),
 )
+FINDING_INFO = gauge(
+    "glassbox_finding_info",
+    "1 for each finding of glassbox explain's diagnoses over the window (diagnosis: "
+    "glassbox, idle, kv_pool, speculation, decode, cold_start; finding: its outcome, "
+    "such as preemption_storm or bypassed; severity: critical, warning, info, ok); the "
+    "findings in words, with their numbers, at /findings.",
+    ("model_name", "diagnosis", "finding", "severity"),
+)
 WEB_CONFIG_RELOAD = gauge(
     "glassbox_web_config_last_reload_successful",
     "Whether the last change of --web-config-file (or a file it names) loaded; "
@@ -412,6 +420,7 @@ ALL: tuple[Family, ...] = (
     FIRST_PREFILL,
     WARM_PREFILL,
     INPUT_UNRECOGNISED,
+    FINDING_INFO,
     WEB_CONFIG_RELOAD,
 )
 BY_NAME: dict[str, Family] = {family.name: family for family in ALL}

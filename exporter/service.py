@@ -22,10 +22,16 @@ from prometheus_client.core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from vllm_glassbox import __version__
 from vllm_glassbox.build import this_build
+from vllm_glassbox.explain.from_exporter import findings_document, scene_from_state
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.endpoints import landing_page, metrics_answer
 from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.exposition import PollState, build_families, unrecognised_inputs
+from vllm_glassbox.exporter.exposition import (
+    PollState,
+    finding_families,
+    poll_families,
+    unrecognised_inputs,
+)
 from vllm_glassbox.exporter.fetch import DEFAULT_MAX_BYTES, Fetcher, TargetCredentials
 from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
 from vllm_glassbox.exporter.history import History
@@ -155,6 +161,7 @@ class Poller:
         self._slow = False  # whether the latest poll answered after the interval
         self._stopping = False
         self._published: list[Metric] = []
+        self.state: PollState | None = None  # what the latest publication was built from
         self._told: set[tuple[str, str]] = set()  # unrecognised inputs already logged
         # Whose weights (`_follow_model`): the model the page serves (None before the first
         # page), the model --weights-bytes and --model-dir are of (the first page's), and
@@ -472,7 +479,8 @@ class Poller:
         )
         self._tell_unrecognised(unrecognised_inputs(state))
         # One reference swap: a scrape sees the previous publication or this one, whole.
-        self._published = [f for f in build_families(state) if f.samples]
+        self._published = [f for f in poll_families(state) if f.samples]
+        self.state = state
 
     def _tell_unrecognised(self, shapes: Mapping[tuple[str, str], str]) -> None:
         """One warning when a shape glassbox does not read appears (the gauge has it)."""
@@ -506,9 +514,24 @@ class _Published:
 
     def __init__(self, poller: Poller) -> None:
         self._poller = poller
+        self._cached: tuple[PollState, list[Metric]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         yield from self._poller.published
+        yield from self._findings()
+
+    def _findings(self) -> list[Metric]:
+        """The findings of the latest poll, built by the first scrape that asks (a scrape
+        may run beside a poll: each reads one state, whole)."""
+        state = self._poller.state
+        if state is None:
+            return []
+        cached = self._cached
+        if cached is not None and cached[0] is state:
+            return cached[1]
+        families = [f for f in finding_families(state) if f.samples]
+        self._cached = (state, families)
+        return families
 
     def describe(self) -> list[Metric]:
         return []
@@ -532,6 +555,8 @@ def make_server(
     def route(path: str, headers: Mapping[str, str]) -> Answer:
         if path == "/metrics":
             return metrics_answer(registry, headers)
+        if path == "/findings":
+            return findings_answer(poller.state)
         if path == "/healthz":
             # Liveness of the sidecar only: vLLM being down must not restart us.
             return Answer(200, b"ok\n", "text/plain")
@@ -547,6 +572,16 @@ def make_server(
         return Answer(404, b"not found\n", "text/plain")
 
     return MetricsServer(host, port, route, web, server_name=f"glassbox/{__version__}")
+
+
+def findings_answer(state: PollState | None) -> Answer:
+    """`/findings`: what `glassbox explain` finds over the latest poll, and the scene it
+    read (JSON; a Grafana panel or `glassbox explain --exporter` reads it)."""
+    if state is None:
+        return Answer(503, b"not polled yet\n", "text/plain")
+    scene = scene_from_state(state, unrecognised_inputs(state))
+    body = json.dumps(findings_document(scene), indent=1) + "\n"
+    return Answer(200, body.encode(), "application/json")
 
 
 def serve(config: ExporterConfig, stop: threading.Event | None = None) -> None:

@@ -81,6 +81,14 @@ _COUNTERS: dict[str, tuple[str, ...]] = {
     REQUEST_OUTPUT_COUNT: ("vllm:request_generation_tokens_count",),
 }
 _ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def exposed_names(canonical: str) -> tuple[str, ...]:
+    """vLLM's sample names of a canonical counter, the current one first (PromQL over
+    vLLM's own series names them: `glassbox explain`)."""
+    return _COUNTERS[canonical]
+
+
 _GAUGES: dict[str, tuple[str, ...]] = {
     RUNNING: ("vllm:num_requests_running",),
     WAITING: ("vllm:num_requests_waiting",),

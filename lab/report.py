@@ -19,6 +19,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from vllm_glassbox.explain.from_lab import report_section
 from vllm_glassbox.lab import findings
 from vllm_glassbox.lab.compared import BY_NAME, SLOW_POLLS
 from vllm_glassbox.lab.experiments import for_body
@@ -161,6 +162,7 @@ def render_markdown(results: LabResults) -> str:
             out += ["Every panel of these dashboards has data over the run.", ""]
     if results.notes:
         out += ["## Notes", "", *[f"- {n}" for n in results.notes], ""]
+    out += report_section(results.to_json())
     return "\n".join(out)
 
 

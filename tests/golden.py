@@ -39,11 +39,12 @@ def strip_volatile(exposition: str) -> str:
     )
 
 
-def check_golden(name: str, text: str, update: bool) -> None:
-    """Assert `text` equals tests/golden/<name>.prom, or rewrite that file when `update`."""
-    path = GOLDEN / f"{name}.prom"
+def check_golden(name: str, text: str, update: bool, suffix: str = ".prom") -> None:
+    """Assert `text` equals tests/golden/<name><suffix>, or rewrite that file when `update`
+    (`name` may name a subfolder: explain/fleet)."""
+    path = GOLDEN / f"{name}{suffix}"
     if update:
-        GOLDEN.mkdir(exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         return
     if not path.exists():
@@ -54,12 +55,12 @@ def check_golden(name: str, text: str, update: bool) -> None:
             difflib.unified_diff(
                 expected.splitlines(keepends=True),
                 text.splitlines(keepends=True),
-                f"golden/{path.name}",
-                "exporter output",
+                f"golden/{name}{suffix}",
+                "output",
             )
         )
         pytest.fail(
-            f"exporter output differs from golden/{path.name} "
+            f"output differs from golden/{name}{suffix} "
             f"(`pytest --update-golden` rewrites it after review):\n{diff}",
             pytrace=False,
         )

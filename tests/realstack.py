@@ -211,7 +211,9 @@ def wait_scraped(prometheus_url: str, jobs: set[str], after: float | None = None
     "ready" comes first, and its target discovery hands over static targets on a 5 s tick."""
 
     def scraped() -> bool:
-        result = prometheus_query(prometheus_url, "timestamp(up == 1)")
+        # timestamp() of a plain selector is its sample's time; of `up == 1` it would be
+        # the query's own time, which says nothing of when the scrape was.
+        result = prometheus_query(prometheus_url, "timestamp(up) and up == 1")
         seen = {r["metric"]["job"] for r in result if float(r["value"][1]) > (after or 0.0)}
         return jobs <= seen
 

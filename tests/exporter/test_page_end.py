@@ -281,6 +281,7 @@ VOLATILE = {
     "glassbox_scrape_errors_total",
     "glassbox_last_scrape_success_timestamp_seconds",
     "glassbox_target_up",
+    "glassbox_finding_info",  # a refused poll is a finding: glassbox cannot read vLLM
 }
 
 

@@ -1,0 +1,1 @@
+"""`glassbox explain`: a worded diagnosis of a running server, with the numbers behind it."""

@@ -1,0 +1,224 @@
+"""What glassbox saw of one model (in one namespace) or one server: the inputs of every
+diagnosis, each number with where it was read.
+
+A scene is filled by one reader — Prometheus (`from_prometheus.py`), an exporter's own
+state (`from_exporter.py`) or a lab run (`from_lab.py`) — and read by the diagnoses
+(`diagnoses.py`), which compute nothing themselves: the derived numbers come from the
+derivation core over the scene's counter increases and readings. A reading the source
+does not have is None (absent), never 0: a finding says what is missing instead.
+
+Scenes travel as JSON (the exporter's `/findings`, `glassbox explain --format json`):
+`scene_to_json` and `scene_from_json` are each other's inverse.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from vllm_glassbox.exporter.derive import Increase
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A number as the source gave it, and where: the series or PromQL an operator can
+    run again."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Window:
+    """vLLM's counters' increases over the scene's window (the engines summed), and how
+    they were read."""
+
+    increase: Increase
+    source: str
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which server or model, read from where, over which window."""
+
+    source: str  # prometheus | exporter | lab
+    where: str  # the URL or file it was read from
+    namespace: str | None
+    model: str | None
+    engines: int  # vLLM engines (data-parallel ranks, replicas) the numbers cover
+    window_seconds: float
+    at: float | None = None  # unix seconds the window ends
+
+    @property
+    def name(self) -> str:
+        if self.source == "lab":
+            return self.model or "the lab run"
+        parts = []
+        if self.namespace:
+            parts.append(f"namespace {self.namespace}")
+        parts.append(f"model {self.model}" if self.model else "the server")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Blind:
+    """Something glassbox could not read, and what it hides."""
+
+    kind: str  # target_down | failed_polls | input_unrecognised | no_exporter | scrape_failed
+    detail: str  # in words: the reason, the shape, the job
+    count: float | None  # how many (polls, targets), where it counts
+    source: str
+    shape: str | None = None  # input_unrecognised: the shape (glassbox_input_unrecognised)
+
+
+@dataclass(frozen=True)
+class LabVariant:
+    """One variant of a lab run's quantization phase, as measured."""
+
+    name: str
+    weights_bytes: float
+    tpot_seconds: float | None
+    kv_cache_tokens: int | None
+    fitted: bool = False  # one of the points the lab's line was fitted through
+
+
+@dataclass(frozen=True)
+class LabBaseline:
+    """What a lab run measured that a live server cannot show: other precisions, the
+    fitted line, a decode step without speculation (`glassbox explain --lab`)."""
+
+    source: str  # the results.json
+    variants: tuple[LabVariant, ...] = ()
+    slope_seconds_per_gib: float | None = None
+    intercept_seconds: float | None = None
+    plain_step_seconds: float | None = None  # a decode step without speculation
+    speculative_speedup: float | None = None  # the spec-decode phase's headline
+
+
+@dataclass(frozen=True)
+class Scene:
+    scope: Scope
+    #: Counter increases over the window, the engines summed; None: no counters read.
+    decode: Window | None = None
+    # The model and the hardware.
+    weights: Reading | None = None  # bytes one decode step reads (active weights if MoE)
+    mixture_of_experts: bool = False
+    peak_bandwidth: Reading | None = None  # bytes/s, one GPU
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    gpu_memory: Reading | None = None  # bytes, one GPU (given by hand: no series has it)
+    vllm_version: str | None = None
+    # The KV pool: one engine's (engines are started alike).
+    kv_capacity: Reading | None = None  # tokens
+    kv_block_size: Reading | None = None  # tokens
+    kv_memory: Reading | None = None  # bytes of one GPU
+    kv_memory_fixed: bool = False  # sized by --kv-cache-memory-bytes, not the utilization
+    gpu_memory_utilization: Reading | None = None
+    kv_usage_peak: Reading | None = None  # the fullest engine, 0–1
+    kv_used_mean: Reading | None = None  # tokens, engines summed, over the window
+    running_mean: Reading | None = None  # requests, engines summed, over the window
+    running_peak: Reading | None = None  # one engine's most
+    waiting_peak: Reading | None = None  # one engine's longest queue, every reason
+    waiting_capacity_peak: Reading | None = None  # waiting for KV room (vLLM 0.20+)
+    waiting_deferred_peak: Reading | None = None  # deferred for another reason (0.20+)
+    kv_exhaustion: Reading | None = None  # seconds until the first engine's pool is full
+    # Speculative decoding: configured when vLLM shows its counters.
+    spec_configured: bool = False
+    # The latest start of vLLM, by stage (derive.STARTUP_STAGES) and "total", seconds.
+    startup: Mapping[str, Reading] = field(default_factory=dict)
+    # What glassbox could not read.
+    blind: tuple[Blind, ...] = ()
+    lab: LabBaseline | None = None
+
+    @property
+    def shards(self) -> int:
+        """GPUs one copy of the model is split over (TP × PP)."""
+        return self.tensor_parallel * self.pipeline_parallel
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _reading_json(r: Reading | None) -> JSON | None:
+    return None if r is None else {"value": r.value, "source": r.source}
+
+
+def _reading(data: Any) -> Reading | None:
+    if data is None:
+        return None
+    return Reading(float(data["value"]), str(data["source"]))
+
+
+_READINGS = tuple(f.name for f in fields(Scene) if f.type == "Reading | None")
+
+
+def scene_to_json(scene: Scene) -> JSON:
+    body: JSON = {"scope": vars(scene.scope).copy()}
+    if scene.decode is not None:
+        body["decode"] = {
+            # NaN (a counter some poll did not see) is null in JSON: unknown.
+            "counters": {k: _finite(v) for k, v in sorted(scene.decode.increase.counters.items())},
+            "seconds": scene.decode.increase.seconds,
+            "source": scene.decode.source,
+        }
+    for name in _READINGS:
+        reading = _reading_json(getattr(scene, name))
+        if reading is not None:
+            body[name] = reading
+    body |= {
+        "mixture_of_experts": scene.mixture_of_experts,
+        "tensor_parallel": scene.tensor_parallel,
+        "pipeline_parallel": scene.pipeline_parallel,
+        "vllm_version": scene.vllm_version,
+        "kv_memory_fixed": scene.kv_memory_fixed,
+        "spec_configured": scene.spec_configured,
+        "startup": {stage: _reading_json(r) for stage, r in scene.startup.items()},
+        "blind": [vars(b).copy() for b in scene.blind],
+    }
+    if scene.lab is not None:
+        lab = vars(scene.lab).copy()
+        lab["variants"] = [vars(v).copy() for v in scene.lab.variants]
+        body["lab"] = lab
+    return body
+
+
+def scene_from_json(data: Mapping[str, Any]) -> Scene:
+    """The scene `scene_to_json` wrote; KeyError, TypeError or ValueError when it is not."""
+    scope = Scope(**data["scope"])
+    decode = None
+    if "decode" in data:
+        d = data["decode"]
+        counters = {k: math.nan if v is None else float(v) for k, v in d["counters"].items()}
+        decode = Window(Increase(counters, float(d["seconds"])), str(d["source"]))
+    lab = None
+    if data.get("lab") is not None:
+        raw = dict(data["lab"])
+        variants = tuple(LabVariant(**v) for v in raw.pop("variants", []))
+        lab = LabBaseline(variants=variants, **raw)
+    scene = Scene(
+        scope=scope,
+        decode=decode,
+        mixture_of_experts=bool(data.get("mixture_of_experts", False)),
+        tensor_parallel=int(data.get("tensor_parallel", 1)),
+        pipeline_parallel=int(data.get("pipeline_parallel", 1)),
+        vllm_version=data.get("vllm_version"),
+        kv_memory_fixed=bool(data.get("kv_memory_fixed", False)),
+        spec_configured=bool(data.get("spec_configured", False)),
+        startup={
+            stage: r
+            for stage, raw in dict(data.get("startup", {})).items()
+            if (r := _reading(raw)) is not None
+        },
+        blind=tuple(Blind(**b) for b in data.get("blind", [])),
+        lab=lab,
+    )
+    readings: dict[str, Any] = {name: _reading(data.get(name)) for name in _READINGS}
+    return replace(scene, **readings)
