@@ -45,9 +45,10 @@ Diagnosis = Callable[[Scene], list[Finding]]
 STORM_PREEMPTIONS = 3.0
 STORM_FILL = 0.9
 #: VLLMKVCacheSaturated: a pool at least this full while requests wait for it.
-SATURATED_FILL = 0.95
-#: A pool forecast to be full sooner than this is worth a word before it happens.
-FULL_SOON_SECONDS = 300.0
+SATURATED_FILL = derive.KV_POOL_FULL
+#: VLLMKVCacheExhaustionForecast: a pool forecast to be full sooner than this is worth a
+#: word before it happens.
+FULL_SOON_SECONDS = derive.KV_EXHAUSTION_WARNING_SECONDS
 #: VLLMSpecDecodeBypassed: under this share of decode steps drafted.
 BYPASSED_COVERAGE = 0.1
 #: VLLMSpecDecodeAcceptanceLow: under this share of draft tokens accepted.
