@@ -150,6 +150,7 @@ CLIENT_LIMIT = "client-limit"
 ADMISSION = "admission"
 DECODE_STEPS = "decode-steps"
 FIRST_STEP = "first-step"
+FAILED = "failed-requests"
 UNEXPLAINED = "unexplained"
 
 #: Each mechanism's condition, as the report states it.
@@ -164,24 +165,32 @@ LIMITS = {
     FIRST_STEP: "the lowest rate already falls behind, the pool not full and nobody "
     "waiting: nothing to hold its decode steps against (start the sweep lower; on a "
     "shared machine, see the host's load)",
+    FAILED: "requests failed while the others were served as they came: it kept up but "
+    "for them (the benchmark's error, not the server's capacity)",
     UNEXPLAINED: "none of the mechanisms above holds",
 }
 
 
 def limit_of(
-    step: SweepStep, first: SweepStep, saturation: float, max_concurrency: int | None
+    step: SweepStep,
+    first: SweepStep,
+    saturation: float,
+    max_concurrency: int | None,
+    keep_up: float = 0.9,
 ) -> str:
     """What holds the server back at `step` (LIMITS), `first` the lowest rate's step."""
     server = step.server
     if server is None:
         return UNEXPLAINED
+    client = step.client
+    if client is not None and client.failed and keeps_up(replace(client, failed=0), keep_up):
+        return FAILED
     queued = (server.peak_waiting or 0) > 0
     # vLLM preempts only when a running request finds no free block: a preemption proves
     # the pool ran full even where no poll landed on that moment.
     full = (server.peak_kv_cache_usage or 0.0) >= saturation or server.preemptions > 0
     if full and (queued or server.preemptions > 0):
         return KV_POOL
-    client = step.client
     if (
         max_concurrency is not None
         and client is not None
@@ -220,7 +229,10 @@ def find_knee(steps: Sequence[SweepStep], keep_up: float) -> Knee:
 
 
 def judge_steps(
-    steps: Sequence[SweepStep], saturation: float, max_concurrency: int | None
+    steps: Sequence[SweepStep],
+    saturation: float,
+    max_concurrency: int | None,
+    keep_up: float = 0.9,
 ) -> list[SweepStep]:
     """Each step with its decode steps against the lowest rate's, and the mechanism that
     held it back: for those that fell behind; for those that could not be judged, only a
@@ -232,18 +244,22 @@ def judge_steps(
         replace(
             step,
             decode_slowdown=decode_slowdown(step, first),
-            limit=_limit(step, first, saturation, max_concurrency),
+            limit=_limit(step, first, saturation, max_concurrency, keep_up),
         )
         for step in steps
     ]
 
 
 def _limit(
-    step: SweepStep, first: SweepStep, saturation: float, max_concurrency: int | None
+    step: SweepStep,
+    first: SweepStep,
+    saturation: float,
+    max_concurrency: int | None,
+    keep_up: float,
 ) -> str | None:
     if step.keeps_up:
         return None
-    limit = limit_of(step, first, saturation, max_concurrency)
+    limit = limit_of(step, first, saturation, max_concurrency, keep_up)
     if step.keeps_up is None and limit in (UNEXPLAINED, FIRST_STEP):
         return None  # not seen to fall behind: nothing to explain
     return limit

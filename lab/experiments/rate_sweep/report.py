@@ -207,6 +207,13 @@ def _knee_words(r: RateSweepResult) -> str:
             else f"The server falls behind already at {k.first_unsustained_rate:g} req/s"
         )
         words = f"{where}. What ends it: **{k.limit}** — {k.limit_text}."
+        fell = next(st for st in r.steps if st.rate == k.first_unsustained_rate)
+        if fell.client and fell.client.failed:
+            words += (
+                f" {fell.client.failed} request(s) failed there"
+                + (f": {fell.client.error}" if fell.client.error else "")
+                + "."
+            )
         if k.unjudged:
             words += (
                 f" The steps between, at {', '.join(f'{r:g}' for r in k.unjudged)} req/s, "

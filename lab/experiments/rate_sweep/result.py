@@ -81,6 +81,7 @@ class ClientView:
     early_latency_seconds: float | None = None  # median latency of the first quarter
     #: Per-request fields the benchmark's JSON lacks, without which the step is not judged.
     missing_fields: tuple[str, ...] = ()
+    error: str | None = None  # the first failed request's error, its last line
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,9 @@ class Sweep:
 
     def result(self) -> RateSweepResult:
         phase, exporter = self.phase, self.lab.exporter
-        judged = tuple(judge_steps(self.steps, phase.saturation, phase.max_concurrency))
+        judged = tuple(
+            judge_steps(self.steps, phase.saturation, phase.max_concurrency, phase.keep_up)
+        )
         return RateSweepResult(
             startup=self.served.startup,
             arrivals=phase.arrivals,

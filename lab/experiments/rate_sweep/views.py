@@ -229,4 +229,15 @@ def client_view(bench: Mapping[str, Any]) -> ClientView:
         arrival_span_seconds=max(starts) - min(starts) if starts else None,
         early_latency_seconds=early_latency(starts, latencies),
         missing_fields=missing_fields(bench),
+        error=first_error(bench),
     )
+
+
+def first_error(bench: Mapping[str, Any]) -> str | None:
+    """The first failed request's error as the benchmark wrote it, its last line (a
+    traceback ends with the exception)."""
+    errors = bench.get("errors")
+    for error in errors if isinstance(errors, list) else []:
+        if isinstance(error, str) and error.strip():
+            return error.strip().splitlines()[-1][:200]
+    return None

@@ -27,6 +27,7 @@ from vllm_glassbox.lab.experiments.rate_sweep import (
     ADMISSION,
     CLIENT_LIMIT,
     DECODE_STEPS,
+    FAILED,
     FIRST_STEP,
     KV_POOL,
     ClientView,
@@ -358,6 +359,28 @@ def test_the_knee_is_the_last_rate_kept_up_with_and_the_mechanism_seen_where_it_
     assert (between.rate, between.unjudged, between.first_unsustained_rate) == (0.25, (0.5,), 1.0)
     # Not judged (too short a step): no knee claimed, the sweep goes on.
     assert find_knee([step(0, 1, None, low)], 0.9).rate is None
+
+
+def test_a_step_that_kept_up_but_for_failed_requests_says_so_and_names_the_error() -> None:
+    # The CPU sweep at 2 req/s: 79 of 80 requests served as they came (backlog 0.032 s/s),
+    # one dropped by the client's connection ("Server disconnected").
+    served = client(
+        completed=79,
+        failed=1,
+        arrival_rate=1.97,
+        backlog_growth=0.032,
+        arrival_span_seconds=40.0,
+        early_latency_seconds=2.0,
+        error="aiohttp.client_exceptions.ServerDisconnectedError: Server disconnected",
+    )
+    assert keeps_up(served, 0.9) is False  # every request must be answered
+    low = server(inter_token_latency_seconds=0.0109, peak_kv_cache_usage=0.06, peak_waiting=0)
+    busier = server(inter_token_latency_seconds=0.0136, peak_kv_cache_usage=0.77, peak_waiting=0)
+    judged = judge_steps(
+        [step(0, 1, True, low), step(1, 2, False, busier, client=served)], 0.95, None
+    )
+    assert judged[1].limit == FAILED
+    assert find_knee(judged, 0.9).limit == FAILED
 
 
 def point(
