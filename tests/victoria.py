@@ -10,7 +10,10 @@ What the tests set apart from the defaults, and why:
 - the store: `-search.latencyOffset=1s` (default 30 s: queries for the last 30 s are
   answered as of 30 s ago, so vmalert's records and alerts lag Prometheus' by 30 s; the
   tests keep 1 s), `-search.disableCache` (history is written into the past, which the
-  response cache would not see), `-retentionPeriod=5y` (replayed cases lie years back).
+  response cache would not see), `-retentionPeriod=5y` (replayed cases lie years back),
+  `-maxLabelsPerTimeseries=64` (default 30: vLLM 0.32's vllm:cache_config_info has 37
+  labels of its own, 41 once scraped, and the store drops those past the 30th in name
+  order, `pod` among them).
 - vmalert: `-remoteWrite.flushInterval=1s` (5 s), and a notifier always (1.79 refuses to
   start with alerting rules and none).
 """
@@ -79,6 +82,7 @@ class VictoriaMetrics(_Served):
                 "-retentionPeriod=5y",
                 "-search.latencyOffset=1s",
                 "-search.disableCache",
+                "-maxLabelsPerTimeseries=64",
                 *flags,
             ],
             workdir,
