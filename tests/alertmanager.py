@@ -71,6 +71,71 @@ class Alertmanager(ChildProcess):
         return alerts
 
 
+# --- the Prometheus Operator's AlertmanagerConfig, as the operator hands it to Alertmanager
+
+
+def _matcher(m: Mapping[str, str]) -> str:
+    return f'{m["name"]}{m.get("matchType", "=")}"{m["value"]}"'
+
+
+def _route(route: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"receiver": f"{prefix}/{route['receiver']}"}
+    if "matchers" in route:
+        out["matchers"] = [_matcher(m) for m in route["matchers"]]
+    for key, name in (
+        ("groupBy", "group_by"),
+        ("groupWait", "group_wait"),
+        ("groupInterval", "group_interval"),
+        ("repeatInterval", "repeat_interval"),
+        ("continue", "continue"),
+    ):
+        if key in route:
+            out[name] = route[key]
+    if "routes" in route:
+        out["routes"] = [_route(child, prefix) for child in route["routes"]]
+    return out
+
+
+def operator_config(
+    base: Mapping[str, Any], alertmanager_configs: list[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The Alertmanager configuration the Prometheus Operator generates from `base` and
+    namespaced AlertmanagerConfig objects: each one's receivers renamed
+    `<namespace>/<name>/<receiver>`; its route matched to its namespace, made `continue`,
+    and put before the base's routes; each inhibition matched to its namespace on both
+    sides (its default strategy, OnNamespace). A narrow stand-in for the operator, which
+    cannot run here: only the fields the chart renders (webhook receivers among them)."""
+    config = {**base, "route": dict(base["route"]), "receivers": list(base["receivers"])}
+    config["inhibit_rules"] = list(base.get("inhibit_rules", []))
+    routes = []
+    for amc in alertmanager_configs:
+        namespace, spec = amc["metadata"]["namespace"], amc["spec"]
+        prefix = f"{namespace}/{amc['metadata']['name']}"
+        in_namespace = f'namespace="{namespace}"'
+        route = _route(spec["route"], prefix)
+        route["matchers"] = [in_namespace, *route.get("matchers", [])]
+        route["continue"] = True
+        routes.append(route)
+        for receiver in spec["receivers"]:
+            webhooks = [
+                {"url": w["url"], "send_resolved": w.get("sendResolved", True)}
+                for w in receiver.get("webhookConfigs", [])
+            ]
+            config["receivers"].append(
+                {"name": f"{prefix}/{receiver['name']}", "webhook_configs": webhooks}
+            )
+        for rule in spec.get("inhibitRules", []):
+            config["inhibit_rules"].append(
+                {
+                    "source_matchers": [*map(_matcher, rule["sourceMatch"]), in_namespace],
+                    "target_matchers": [*map(_matcher, rule["targetMatch"]), in_namespace],
+                    "equal": rule["equal"],
+                }
+            )
+    config["route"]["routes"] = [*routes, *config["route"].get("routes", [])]
+    return config
+
+
 class Webhooks:
     """Received POST bodies, by path."""
 
@@ -85,6 +150,10 @@ class Webhooks:
     def keep(self, path: str, body: Any) -> None:
         with self._lock:
             self._received.setdefault(path, []).append(body)
+
+    def paths(self) -> list[str]:
+        with self._lock:
+            return sorted(self._received)
 
     def received(self, path: str) -> list[Any]:
         with self._lock:
