@@ -21,6 +21,16 @@ prints:
               sends it with every variable on "All", over the range that holds data,
               REPEATS times each: median and max per query; the slowest named
 
+With `--ruler vmalert` the same fleet goes through VictoriaMetrics' parts instead (Debian's
+1.79, as a team running them would: vmagent scrapes every SCRAPE interval and remote-writes
+to the single-node store, vmalert evaluates alerts/*.yaml against it every EVALUATION
+interval and writes the records back), and the same numbers come from their own pages:
+each group's evaluations (vmalert_iteration_duration_seconds, one per evaluation, and
+vmalert_iteration_missed_total: evaluations skipped because the previous one overran),
+the three processes' memory and cores, the scrape durations vmagent stored, and the
+dashboards' queries sent to the store. `--ruler prometheus,vmalert` runs one after the
+other on the same machine, for figures side by side.
+
 The machine is what it is (often shared and busy): the load average before and after is
 printed with the numbers, and every number is given with its spread.
 """
@@ -51,9 +61,13 @@ from vllm_glassbox.dashboards.grafana import (  # noqa: E402
 from vllm_glassbox.lab.prometheus_process import PrometheusProcess  # noqa: E402
 from vllm_glassbox.prometheus import Prometheus  # noqa: E402
 
+from tests.alertmanager import webhooks  # noqa: E402
 from tests.fleet import EXPORTER_JOB, VLLM_JOB, Fleet, plan_pods, serve  # noqa: E402
+from tests.victoria import VictoriaMetrics, VMAgent, VMAlert  # noqa: E402
 
 RULE_FILES = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml"))
+# VictoriaMetrics' defaults, where the test helpers change them (tests/victoria.py).
+STORE_DEFAULTS = ("-search.latencyOffset=30s", "-search.disableCache=false")
 
 
 @dataclass
@@ -94,6 +108,12 @@ class Result:
     # Cores used over the measuring period: Prometheus' own, the simulator's (this process).
     prometheus_cores: float = 0.0
     simulator_cores: float = 0.0
+    ruler: str = "prometheus"
+    # With vmalert: each process' resident memory and cores (the store, vmagent, vmalert),
+    # and each group's evaluations skipped because the one before overran.
+    process_rss: dict[str, Spread] = field(default_factory=dict)
+    process_cores: dict[str, float] = field(default_factory=dict)
+    missed: dict[str, float] = field(default_factory=dict)
 
 
 def own_metrics(url: str) -> dict[str, list[tuple[str, float]]]:
@@ -215,6 +235,108 @@ def measure(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Re
     return result
 
 
+def measure_vmalert(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Result:
+    result = Result(pods, engines, ruler="vmalert")
+    plan = plan_pods(pods, namespaces=max(2, pods // 10), models=4)
+    fleet = Fleet(plan, engines)
+    scrape = f"{SCRAPE_SECONDS:g}s"
+    rule_files = [Path(p) for p in RULE_FILES]
+    with (
+        serve(fleet, args.port) as serving,
+        webhooks() as sink,
+        VictoriaMetrics(work / "store", port=args.port + 1, flags=STORE_DEFAULTS) as store,
+        VMAgent(
+            work / "vmagent", serving.scrape_configs(scrape, "10s"), [store.write_url],
+            port=args.port + 2,
+        ) as agent,
+        VMAlert(
+            work / "vmalert", rule_files, store.url, [sink.url("alerts")],
+            interval=args.evaluation_interval, port=args.port + 3,
+        ) as vmalert,
+        Prometheus(store.url, timeout_seconds=120) as client,
+        httpx.Client(base_url=store.url, timeout=120) as http,
+    ):  # fmt: skip
+        processes = {"victoria-metrics": store.url, "vmagent": agent.url, "vmalert": vmalert.url}
+        result.load = (os.getloadavg()[0], 0.0)
+        deadline = time.monotonic() + 600
+        while True:
+            up = client.query("count(up == 1)")
+            if up and int(float(up[0]["value"][1])) >= 2 * pods:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not every target was scraped: {up}")
+            time.sleep(2)
+        first = time.time()
+        print(
+            f"  {pods} pods × {engines} engines through vmagent and vmalert: every target up; "
+            f"warming up {args.warmup:g} s",
+            file=sys.stderr,
+        )
+        time.sleep(args.warmup)
+        began, cpu_began = time.time(), time.process_time()
+        cpu = {name: _own(url, "process_cpu_seconds_total") for name, url in processes.items()}
+        missed = _by_group(vmalert.url, "vmalert_iteration_missed_total")
+        evaluated = {
+            g: (_by_group(vmalert.url, f"vmalert_iteration_duration_seconds_{k}").get(g, 0.0))
+            for g in ("",)
+            for k in ("count",)
+        }
+        counts = _by_group(vmalert.url, "vmalert_iteration_duration_seconds_count")
+        sums = _by_group(vmalert.url, "vmalert_iteration_duration_seconds_sum")
+        del evaluated
+        end = began + args.measure
+        while time.time() < end:
+            time.sleep(5)
+            new_counts = _by_group(vmalert.url, "vmalert_iteration_duration_seconds_count")
+            new_sums = _by_group(vmalert.url, "vmalert_iteration_duration_seconds_sum")
+            for group, count in new_counts.items():
+                done = count - counts.get(group, 0.0)
+                if done >= 1:  # each new evaluation's duration (their mean, if several)
+                    spent_in = (new_sums[group] - sums.get(group, 0.0)) / done
+                    result.rule_groups.setdefault(group, Spread()).add(spent_in)
+            counts, sums = new_counts, new_sums
+            for name, url in processes.items():
+                rss = _own(url, "process_resident_memory_bytes")
+                result.process_rss.setdefault(name, Spread()).add(rss)
+            for job in (VLLM_JOB, EXPORTER_JOB):
+                median = client.query(f'quantile(0.5, scrape_duration_seconds{{job="{job}"}})')
+                worst = client.query(f'max(scrape_duration_seconds{{job="{job}"}})')
+                if median and worst:
+                    result.scrape.setdefault(job, Spread()).add(float(median[0]["value"][1]))
+                    result.scrape_max.setdefault(job, Spread()).add(float(worst[0]["value"][1]))
+        spent = time.time() - began
+        result.simulator_cores = (time.process_time() - cpu_began) / spent
+        result.process_cores = {
+            name: (_own(url, "process_cpu_seconds_total") - cpu[name]) / spent
+            for name, url in processes.items()
+        }
+        result.missed = {
+            group: value - missed.get(group, 0.0)
+            for group, value in _by_group(vmalert.url, "vmalert_iteration_missed_total").items()
+        }
+        result.group_interval = _by_group(vmalert.url, "vmalert_iteration_interval_seconds")
+        result.rss = result.process_rss["victoria-metrics"]
+        count_series(client, result, pods)
+        result.head_series = int(float(client.query('count({__name__=~".+"})')[0]["value"][1]))
+        now = time.time()
+        for where, kind, expr in dashboard_queries():
+            spread = result.queries.setdefault(where, Spread())
+            for _ in range(args.repeats):
+                spread.add(run_query(client, http, kind, expr, first, now))
+        result.load = (result.load[0], os.getloadavg()[0])
+    return result
+
+
+def _own(url: str, name: str) -> float:
+    """A process' own unlabelled series (memory, CPU) from its /metrics page."""
+    return own_metrics(url)[name][0][1]
+
+
+def _by_group(url: str, name: str) -> dict[str, float]:
+    """vmalert's series of `name`, by rule group."""
+    return {_label(labels, "group"): value for labels, value in own_metrics(url).get(name, [])}
+
+
 def sample_prometheus(url: str, client: Prometheus, result: Result) -> None:
     metrics = own_metrics(url)
     evaluated = {
@@ -253,22 +375,28 @@ def count_series(client: Prometheus, result: Result, pods: int) -> None:
 
 def report(r: Result) -> None:
     print(
-        f"\n## {r.pods} pods × {r.engines} engine(s)   (load average {r.load[0]:.1f} "
-        f"before, {r.load[1]:.1f} after)"
+        f"\n## {r.pods} pods × {r.engines} engine(s), {r.ruler}   (load average "
+        f"{r.load[0]:.1f} before, {r.load[1]:.1f} after)"
     )
     vllm, exporter = r.series_per_pod[VLLM_JOB], r.series_per_pod[EXPORTER_JOB]
     print(
         f"series per pod: vLLM {vllm:.0f}, exporter {exporter:.0f}; recording rules "
-        f"{r.recorded_series} in all; head series {r.head_series:,}"
+        f"{r.recorded_series} in all; series in the store {r.head_series:,}"
     )
-    print(
-        f"Prometheus RSS {r.rss.median / 2**20:,.0f} MiB (max {r.rss.max / 2**20:,.0f}), "
-        f"Go heap in use {r.heap.median / 2**20:,.0f} MiB"
-    )
-    print(
-        f"cores used while measuring: Prometheus {r.prometheus_cores:.2f}, the simulator "
-        f"(and this script) {r.simulator_cores:.2f}"
-    )
+    if r.ruler == "vmalert":
+        for name, rss in r.process_rss.items():
+            print(f"{name} RSS {rss.median / 2**20:,.0f} MiB (max {rss.max / 2**20:,.0f})")
+        cores = ", ".join(f"{name} {c:.2f}" for name, c in r.process_cores.items())
+        print(f"cores used while measuring: {cores}, the simulator {r.simulator_cores:.2f}")
+    else:
+        print(
+            f"Prometheus RSS {r.rss.median / 2**20:,.0f} MiB (max {r.rss.max / 2**20:,.0f}), "
+            f"Go heap in use {r.heap.median / 2**20:,.0f} MiB"
+        )
+        print(
+            f"cores used while measuring: Prometheus {r.prometheus_cores:.2f}, the simulator "
+            f"(and this script) {r.simulator_cores:.2f}"
+        )
     for job in r.scrape:
         print(
             f"scrape {job}: median target {r.scrape[job].ms()}, slowest target "
@@ -277,7 +405,10 @@ def report(r: Result) -> None:
     print("rule group             last duration: median (max)     max / interval")
     for group, spread in sorted(r.rule_groups.items()):
         interval = r.group_interval.get(group, float("nan"))
-        print(f"  {group:<28} {spread.ms():<28} {spread.max / interval:6.1%} of {interval:g}s")
+        missed = f", {r.missed[group]:.0f} missed" if r.missed.get(group) else ""
+        print(
+            f"  {group:<28} {spread.ms():<28} {spread.max / interval:6.1%} of {interval:g}s{missed}"
+        )
     medians = sorted(s.median for s in r.queries.values())
     worst = sorted(r.queries.items(), key=lambda kv: kv[1].max, reverse=True)
     print(
@@ -301,7 +432,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--measure", type=float, default=150.0, help="seconds of sampling")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each dashboard query")
-    parser.add_argument("--port", type=int, default=18300, help="the fleet's; Prometheus +1")
+    parser.add_argument(
+        "--port", type=int, default=18300, help="the fleet's; Prometheus (or the store) +1"
+    )
+    parser.add_argument(
+        "--ruler", default="prometheus", help="prometheus, vmalert or both: prometheus,vmalert"
+    )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.pods.split(",")]
     engine_counts = [int(n) for n in args.engines.split(",")]
@@ -310,12 +446,14 @@ def main(argv: list[str]) -> int:
         f"{args.evaluation_interval}, warm-up {args.warmup:g}s, {os.cpu_count()} CPUs"
     )
     results = []
+    rulers = {"prometheus": measure, "vmalert": measure_vmalert}
     for engines in engine_counts:
         for pods in sizes:
-            with tempfile.TemporaryDirectory(prefix="bench-fleet-") as work:
-                results.append(measure(args, pods, engines, Path(work)))
-            report(results[-1])
-            sys.stdout.flush()
+            for ruler in args.ruler.split(","):
+                with tempfile.TemporaryDirectory(prefix="bench-fleet-") as work:
+                    results.append(rulers[ruler](args, pods, engines, Path(work)))
+                report(results[-1])
+                sys.stdout.flush()
     curve(results)
     return 0
 
@@ -324,7 +462,7 @@ def curve(results: list[Result]) -> None:
     """One line per size: what N pods cost."""
     print("\n## The curve\n")
     print(
-        "| pods × engines | series/pod (vLLM + exporter) | head series | RSS MiB "
+        "| pods × engines, ruler | series/pod (vLLM + exporter) | series | store RSS MiB "
         "| slowest rule group, max / interval | dashboard queries p50 / p95 / max |"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -335,7 +473,7 @@ def curve(results: list[Result]) -> None:
         medians = sorted(s.median for s in r.queries.values())
         worst = max(s.max for s in r.queries.values())
         print(
-            f"| {r.pods} × {r.engines} | {per_pod:,.0f} | {r.head_series:,} "
+            f"| {r.pods} × {r.engines}, {r.ruler} | {per_pod:,.0f} | {r.head_series:,} "
             f"| {r.rss.median / 2**20:,.0f} (max {r.rss.max / 2**20:,.0f}) "
             f"| {group} {spread.max * 1000:,.0f} ms, {share:.1%} "
             f"| {medians[len(medians) // 2] * 1000:,.0f} / "
