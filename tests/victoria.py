@@ -20,6 +20,7 @@ What the tests set apart from the defaults, and why:
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
@@ -203,8 +204,6 @@ class VMAlert(_Served):
 
 
 def _rfc3339(seconds: float) -> str:
-    import datetime
-
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
