@@ -13,11 +13,11 @@ jsonnet cannot glob. A new rule file or dashboard is in the mixin once this has 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+import copies  # scripts/copies.py, beside this script
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,50 +59,8 @@ def expected(repo: Path) -> dict[Path, bytes]:
     return files
 
 
-def drift(repo: Path, generated: Path) -> list[str]:
-    """Files that differ from their sources, are missing, or have no source."""
-    want = expected(repo)
-    have = {p.relative_to(generated) for p in generated.rglob("*") if p.is_file()}
-    problems = [f"{generated / n}: missing" for n in sorted(set(want) - have)]
-    problems += [f"{generated / n}: no source (stale)" for n in sorted(have - set(want))]
-    problems += [
-        f"{generated / n}: differs from its source"
-        for n in sorted(set(want) & have)
-        if (generated / n).read_bytes() != want[n]
-    ]
-    return problems
-
-
-def write(repo: Path, generated: Path) -> list[Path]:
-    want = expected(repo)
-    if generated.exists():
-        for stale in [p for p in generated.rglob("*") if p.is_file()]:
-            if stale.relative_to(generated) not in want:
-                stale.unlink()
-    for name, content in want.items():
-        (generated / name).parent.mkdir(parents=True, exist_ok=True)
-        (generated / name).write_bytes(content)
-    return [generated / n for n in want]
-
-
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 on drift")
-    parser.add_argument("--repo", type=Path, default=REPO, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    generated = args.repo / GENERATED
-    if args.check:
-        problems = drift(args.repo, generated)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
-            print("run scripts/sync-mixin.py and commit the result", file=sys.stderr)
-            return 1
-        print(f"{generated}: every copy matches its source")
-        return 0
-    for path in write(args.repo, generated):
-        print(path.relative_to(args.repo))
-    return 0
+    return copies.main(argv, __doc__ or "", expected, GENERATED, REPO)
 
 
 if __name__ == "__main__":
