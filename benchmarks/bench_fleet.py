@@ -175,6 +175,17 @@ def run_query(
     return time.perf_counter() - began
 
 
+def time_dashboard_queries(
+    client: Prometheus, http: httpx.Client, result: Result, first: float, repeats: int
+) -> None:
+    """Every dashboard query over the range from `first` to now, `repeats` times each."""
+    now = time.time()
+    for where, kind, expr in dashboard_queries():
+        spread = result.queries.setdefault(where, Spread())
+        for _ in range(repeats):
+            spread.add(run_query(client, http, kind, expr, first, now))
+
+
 SCRAPE_SECONDS = 15.0
 
 
@@ -199,14 +210,7 @@ def measure(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Re
             httpx.Client(base_url=prometheus.url, timeout=120) as http,
         ):
             result.load = (os.getloadavg()[0], 0.0)
-            deadline = time.monotonic() + 600
-            while True:
-                up = client.query("count(up == 1)")
-                if up and int(float(up[0]["value"][1])) >= 2 * pods:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"not every target was scraped: {up}")
-                time.sleep(2)
+            wait_every_target_up(client, pods)
             first = time.time()
             print(
                 f"  {pods} pods × {engines} engines: every target up; warming up {args.warmup:g} s",
@@ -226,11 +230,7 @@ def measure(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Re
             )
             result.prometheus_cores = prometheus_cpu / spent
             count_series(client, result, pods)
-            now = time.time()
-            for where, kind, expr in dashboard_queries():
-                spread = result.queries.setdefault(where, Spread())
-                for _ in range(args.repeats):
-                    spread.add(run_query(client, http, kind, expr, first, now))
+            time_dashboard_queries(client, http, result, first, args.repeats)
             result.load = (result.load[0], os.getloadavg()[0])
     return result
 
@@ -258,14 +258,7 @@ def measure_vmalert(args: argparse.Namespace, pods: int, engines: int, work: Pat
     ):  # fmt: skip
         processes = {"victoria-metrics": store.url, "vmagent": agent.url, "vmalert": vmalert.url}
         result.load = (os.getloadavg()[0], 0.0)
-        deadline = time.monotonic() + 600
-        while True:
-            up = client.query("count(up == 1)")
-            if up and int(float(up[0]["value"][1])) >= 2 * pods:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"not every target was scraped: {up}")
-            time.sleep(2)
+        wait_every_target_up(client, pods)
         first = time.time()
         print(
             f"  {pods} pods × {engines} engines through vmagent and vmalert: every target up; "
@@ -298,12 +291,7 @@ def measure_vmalert(args: argparse.Namespace, pods: int, engines: int, work: Pat
             for name, url in processes.items():
                 rss = _own(url, "process_resident_memory_bytes")
                 result.process_rss.setdefault(name, Spread()).add(rss)
-            for job in (VLLM_JOB, EXPORTER_JOB):
-                median = client.query(f'quantile(0.5, scrape_duration_seconds{{job="{job}"}})')
-                worst = client.query(f'max(scrape_duration_seconds{{job="{job}"}})')
-                if median and worst:
-                    result.scrape.setdefault(job, Spread()).add(float(median[0]["value"][1]))
-                    result.scrape_max.setdefault(job, Spread()).add(float(worst[0]["value"][1]))
+            sample_scrapes(client, result)
         spent = time.time() - began
         result.simulator_cores = (time.process_time() - cpu_began) / spent
         result.process_cores = {
@@ -318,11 +306,7 @@ def measure_vmalert(args: argparse.Namespace, pods: int, engines: int, work: Pat
         result.rss = result.process_rss["victoria-metrics"]
         count_series(client, result, pods)
         result.head_series = int(float(client.query('count({__name__=~".+"})')[0]["value"][1]))
-        now = time.time()
-        for where, kind, expr in dashboard_queries():
-            spread = result.queries.setdefault(where, Spread())
-            for _ in range(args.repeats):
-                spread.add(run_query(client, http, kind, expr, first, now))
+        time_dashboard_queries(client, http, result, first, args.repeats)
         result.load = (result.load[0], os.getloadavg()[0])
     return result
 
@@ -355,6 +339,23 @@ def sample_prometheus(url: str, client: Prometheus, result: Result) -> None:
     result.rss.add(metrics["process_resident_memory_bytes"][0][1])
     result.heap.add(metrics["go_memstats_heap_inuse_bytes"][0][1])
     result.head_series = int(metrics["prometheus_tsdb_head_series"][0][1])
+    sample_scrapes(client, result)
+
+
+def wait_every_target_up(client: Prometheus, pods: int) -> None:
+    """Until both targets of every pod have been scraped (10 minutes at most)."""
+    deadline = time.monotonic() + 600
+    while True:
+        up = client.query("count(up == 1)")
+        if up and int(float(up[0]["value"][1])) >= 2 * pods:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not every target was scraped: {up}")
+        time.sleep(2)
+
+
+def sample_scrapes(client: Prometheus, result: Result) -> None:
+    """The median and the slowest target's last scrape duration, per job."""
     for job in (VLLM_JOB, EXPORTER_JOB):
         median = client.query(f'quantile(0.5, scrape_duration_seconds{{job="{job}"}})')
         worst = client.query(f'max(scrape_duration_seconds{{job="{job}"}})')
