@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import httpx
+import yaml
+from vllm_glassbox.lab.prometheus_process import PrometheusProcess
 
 # Prometheus' stale marker: a NaN with this exact bit pattern (pkg/value/value.go).
 STALE_NAN: float = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
@@ -92,3 +95,20 @@ def write(url: str, series: Iterable[Series], batch: int = 2000) -> None:
                 },
             )
             r.raise_for_status()
+
+
+# The flags a Prometheus needs for history_then_scrapes.
+RECEIVING = ("--web.enable-remote-write-receiver", "--web.enable-lifecycle")
+
+
+def history_then_scrapes(
+    prometheus: PrometheusProcess, history: Iterable[Series], scrape_configs: list[Any]
+) -> None:
+    """`history` written into a running Prometheus that scrapes nothing yet (started with
+    RECEIVING), then `scrape_configs` loaded (its configuration rewritten and reloaded):
+    its own scrapes continue the history. The other way round its first scrapes could
+    come first, and Prometheus refuses older samples of a series than it holds."""
+    write(prometheus.url + "/api/v1/write", history)
+    prometheus.config["scrape_configs"] = scrape_configs
+    prometheus.config_path.write_text(yaml.safe_dump(prometheus.config))
+    httpx.post(prometheus.url + "/-/reload", timeout=60, trust_env=False).raise_for_status()

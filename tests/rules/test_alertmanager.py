@@ -159,16 +159,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             config = {
                 "global": {"evaluation_interval": "1s"},
                 "rule_files": [str(p) for p in rule_files],
-                "scrape_configs": scrape_configs,
                 "alerting": {"alertmanagers": [{"static_configs": [{"targets": targets}]}]},
             }
             prometheus = PrometheusProcess(
-                work / "prometheus", config, flags=["--web.enable-remote-write-receiver"]
+                work / "prometheus", config, flags=remote_write.RECEIVING
             )
             history = serving.history(time.time() - fleet.started, SCRAPE_SECONDS)
             remote_write.write(store.write_url, history)
             with prometheus:
-                remote_write.write(prometheus.url + "/api/v1/write", history)
+                remote_write.history_then_scrapes(prometheus, history, scrape_configs)
                 with (
                     VMAgent(work / "vmagent", scrape_configs, [store.write_url]),
                     VMAlert(
