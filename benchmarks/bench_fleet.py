@@ -21,6 +21,16 @@ prints:
               sends it with every variable on "All", over the range that holds data,
               REPEATS times each: median and max per query; the slowest named
 
+With `--ruler vmalert` the same fleet goes through VictoriaMetrics' parts instead (Debian's
+1.79, as a team running them would: vmagent scrapes every SCRAPE interval and remote-writes
+to the single-node store, vmalert evaluates alerts/*.yaml against it every EVALUATION
+interval and writes the records back), and the same numbers come from their own pages:
+each group's evaluations (vmalert_iteration_duration_seconds, one per evaluation, and
+vmalert_iteration_missed_total: evaluations skipped because the previous one overran),
+the three processes' memory and cores, the scrape durations vmagent stored, and the
+dashboards' queries sent to the store. `--ruler prometheus,vmalert` runs one after the
+other on the same machine, for figures side by side.
+
 The machine is what it is (often shared and busy): the load average before and after is
 printed with the numbers, and every number is given with its spread.
 """
@@ -49,11 +59,15 @@ from vllm_glassbox.dashboards.grafana import (  # noqa: E402
     time_range,
 )
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess  # noqa: E402
-from vllm_glassbox.prometheus import Prometheus  # noqa: E402
+from vllm_glassbox.prometheus import Prometheus, PrometheusError  # noqa: E402
 
+from tests.alertmanager import webhooks  # noqa: E402
 from tests.fleet import EXPORTER_JOB, VLLM_JOB, Fleet, plan_pods, serve  # noqa: E402
+from tests.victoria import VictoriaMetrics, VMAgent, VMAlert  # noqa: E402
 
 RULE_FILES = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml"))
+# VictoriaMetrics' defaults, where the test helpers change them (tests/victoria.py).
+STORE_DEFAULTS = ("-search.latencyOffset=30s", "-search.disableCache=false")
 
 
 @dataclass
@@ -94,6 +108,14 @@ class Result:
     # Cores used over the measuring period: Prometheus' own, the simulator's (this process).
     prometheus_cores: float = 0.0
     simulator_cores: float = 0.0
+    ruler: str = "prometheus"
+    # With vmalert: each process' resident memory and cores (the store, vmagent, vmalert),
+    # and each group's evaluations skipped because the one before overran.
+    process_rss: dict[str, Spread] = field(default_factory=dict)
+    process_cores: dict[str, float] = field(default_factory=dict)
+    missed: dict[str, float] = field(default_factory=dict)
+    # Dashboard queries the server refused, with its message.
+    query_errors: dict[str, str] = field(default_factory=dict)
 
 
 def own_metrics(url: str) -> dict[str, list[tuple[str, float]]]:
@@ -155,6 +177,21 @@ def run_query(
     return time.perf_counter() - began
 
 
+def time_dashboard_queries(
+    client: Prometheus, http: httpx.Client, result: Result, first: float, repeats: int
+) -> None:
+    """Every dashboard query over the range from `first` to now, `repeats` times each."""
+    now = time.time()
+    for where, kind, expr in dashboard_queries():
+        spread = result.queries.setdefault(where, Spread())
+        for _ in range(repeats):
+            try:
+                spread.add(run_query(client, http, kind, expr, first, now))
+            except (PrometheusError, httpx.HTTPStatusError) as e:  # refused: named, not timed
+                result.query_errors[where] = str(e)[:300]
+                break
+
+
 SCRAPE_SECONDS = 15.0
 
 
@@ -179,14 +216,7 @@ def measure(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Re
             httpx.Client(base_url=prometheus.url, timeout=120) as http,
         ):
             result.load = (os.getloadavg()[0], 0.0)
-            deadline = time.monotonic() + 600
-            while True:
-                up = client.query("count(up == 1)")
-                if up and int(float(up[0]["value"][1])) >= 2 * pods:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"not every target was scraped: {up}")
-                time.sleep(2)
+            wait_every_target_up(client, pods)
             first = time.time()
             print(
                 f"  {pods} pods × {engines} engines: every target up; warming up {args.warmup:g} s",
@@ -206,13 +236,100 @@ def measure(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Re
             )
             result.prometheus_cores = prometheus_cpu / spent
             count_series(client, result, pods)
-            now = time.time()
-            for where, kind, expr in dashboard_queries():
-                spread = result.queries.setdefault(where, Spread())
-                for _ in range(args.repeats):
-                    spread.add(run_query(client, http, kind, expr, first, now))
+            time_dashboard_queries(client, http, result, first, args.repeats)
             result.load = (result.load[0], os.getloadavg()[0])
     return result
+
+
+def measure_vmalert(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Result:
+    result = Result(pods, engines, ruler="vmalert")
+    plan = plan_pods(pods, namespaces=max(2, pods // 10), models=4)
+    fleet = Fleet(plan, engines)
+    scrape = f"{SCRAPE_SECONDS:g}s"
+    rule_files = [Path(p) for p in RULE_FILES]
+    with (
+        serve(fleet, args.port) as serving,
+        webhooks() as sink,
+        VictoriaMetrics(work / "store", port=args.port + 1, flags=STORE_DEFAULTS) as store,
+        VMAgent(
+            work / "vmagent", serving.scrape_configs(scrape, "10s"), [store.write_url],
+            port=args.port + 2,
+        ) as agent,
+        VMAlert(
+            work / "vmalert", rule_files, store.url, [sink.url("alerts")],
+            interval=args.evaluation_interval, port=args.port + 3,
+        ) as vmalert,
+        Prometheus(store.url, timeout_seconds=120) as client,
+        httpx.Client(base_url=store.url, timeout=120) as http,
+    ):  # fmt: skip
+        processes = {"victoria-metrics": store.url, "vmagent": agent.url, "vmalert": vmalert.url}
+        result.load = (os.getloadavg()[0], 0.0)
+        wait_every_target_up(client, pods)
+        first = time.time()
+        print(
+            f"  {pods} pods × {engines} engines through vmagent and vmalert: every target up; "
+            f"warming up {args.warmup:g} s",
+            file=sys.stderr,
+        )
+        time.sleep(args.warmup)
+        began, cpu_began = time.time(), time.process_time()
+        cpu = {name: _own(url, "process_cpu_seconds_total") for name, url in processes.items()}
+        missed = _by_group(vmalert.url, "vmalert_iteration_missed_total")
+        evaluated = {
+            g: (_by_group(vmalert.url, f"vmalert_iteration_duration_seconds_{k}").get(g, 0.0))
+            for g in ("",)
+            for k in ("count",)
+        }
+        counts = _by_group(vmalert.url, "vmalert_iteration_duration_seconds_count")
+        sums = _by_group(vmalert.url, "vmalert_iteration_duration_seconds_sum")
+        del evaluated
+        end = began + args.measure
+        while time.time() < end:
+            time.sleep(5)
+            new_counts = _by_group(vmalert.url, "vmalert_iteration_duration_seconds_count")
+            new_sums = _by_group(vmalert.url, "vmalert_iteration_duration_seconds_sum")
+            for group, count in new_counts.items():
+                done = count - counts.get(group, 0.0)
+                if done >= 1:  # each new evaluation's duration (their mean, if several)
+                    spent_in = (new_sums[group] - sums.get(group, 0.0)) / done
+                    result.rule_groups.setdefault(group, Spread()).add(spent_in)
+            counts, sums = new_counts, new_sums
+            for name, url in processes.items():
+                rss = _own(url, "process_resident_memory_bytes")
+                result.process_rss.setdefault(name, Spread()).add(rss)
+            sample_scrapes(client, result)
+        spent = time.time() - began
+        result.simulator_cores = (time.process_time() - cpu_began) / spent
+        result.process_cores = {
+            name: (_own(url, "process_cpu_seconds_total") - cpu[name]) / spent
+            for name, url in processes.items()
+        }
+        result.missed = {
+            group: value - missed.get(group, 0.0)
+            for group, value in _by_group(vmalert.url, "vmalert_iteration_missed_total").items()
+        }
+        result.group_interval = _by_group(vmalert.url, "vmalert_iteration_interval_seconds")
+        result.rss = result.process_rss["victoria-metrics"]
+        # A query that touches more than 300,000 series fails on the store's defaults
+        # (-search.maxUniqueTimeseries): its own status page counts them all, and the series
+        # per pod are counted over ten pods.
+        count_series(client, result, pods, sample_pods=10)
+        status = http.get("/api/v1/status/tsdb")
+        status.raise_for_status()
+        result.head_series = int(status.json()["data"]["totalSeries"])
+        time_dashboard_queries(client, http, result, first, args.repeats)
+        result.load = (result.load[0], os.getloadavg()[0])
+    return result
+
+
+def _own(url: str, name: str) -> float:
+    """A process' own unlabelled series (memory, CPU) from its /metrics page."""
+    return own_metrics(url)[name][0][1]
+
+
+def _by_group(url: str, name: str) -> dict[str, float]:
+    """vmalert's series of `name`, by rule group."""
+    return {_label(labels, "group"): value for labels, value in own_metrics(url).get(name, [])}
 
 
 def sample_prometheus(url: str, client: Prometheus, result: Result) -> None:
@@ -233,6 +350,23 @@ def sample_prometheus(url: str, client: Prometheus, result: Result) -> None:
     result.rss.add(metrics["process_resident_memory_bytes"][0][1])
     result.heap.add(metrics["go_memstats_heap_inuse_bytes"][0][1])
     result.head_series = int(metrics["prometheus_tsdb_head_series"][0][1])
+    sample_scrapes(client, result)
+
+
+def wait_every_target_up(client: Prometheus, pods: int) -> None:
+    """Until both targets of every pod have been scraped (10 minutes at most)."""
+    deadline = time.monotonic() + 600
+    while True:
+        up = client.query("count(up == 1)")
+        if up and int(float(up[0]["value"][1])) >= 2 * pods:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not every target was scraped: {up}")
+        time.sleep(2)
+
+
+def sample_scrapes(client: Prometheus, result: Result) -> None:
+    """The median and the slowest target's last scrape duration, per job."""
     for job in (VLLM_JOB, EXPORTER_JOB):
         median = client.query(f'quantile(0.5, scrape_duration_seconds{{job="{job}"}})')
         worst = client.query(f'max(scrape_duration_seconds{{job="{job}"}})')
@@ -241,34 +375,47 @@ def sample_prometheus(url: str, client: Prometheus, result: Result) -> None:
             result.scrape_max.setdefault(job, Spread()).add(float(worst[0]["value"][1]))
 
 
-def count_series(client: Prometheus, result: Result, pods: int) -> None:
+def count_series(
+    client: Prometheus, result: Result, pods: int, sample_pods: int | None = None
+) -> None:
+    """Series per pod of each job (over the first `sample_pods` pods, or all), and the
+    recording rules' series."""
+
     def count(expr: str) -> int:
         answer = client.query(f"count({expr})")
         return int(float(answer[0]["value"][1])) if answer else 0
 
+    counted = min(pods, sample_pods or pods)
+    some = "" if counted == pods else f', pod=~"vllm-({"|".join(map(str, range(counted)))})"'
     for job in (VLLM_JOB, EXPORTER_JOB):
-        result.series_per_pod[job] = count(f'{{job="{job}"}}') / pods
+        result.series_per_pod[job] = count(f'{{job="{job}"{some}}}') / counted
     result.recorded_series = count('{__name__=~".+:.+:.+"}')  # level:metric:operations
 
 
 def report(r: Result) -> None:
     print(
-        f"\n## {r.pods} pods × {r.engines} engine(s)   (load average {r.load[0]:.1f} "
-        f"before, {r.load[1]:.1f} after)"
+        f"\n## {r.pods} pods × {r.engines} engine(s), {r.ruler}   (load average "
+        f"{r.load[0]:.1f} before, {r.load[1]:.1f} after)"
     )
     vllm, exporter = r.series_per_pod[VLLM_JOB], r.series_per_pod[EXPORTER_JOB]
     print(
         f"series per pod: vLLM {vllm:.0f}, exporter {exporter:.0f}; recording rules "
-        f"{r.recorded_series} in all; head series {r.head_series:,}"
+        f"{r.recorded_series} in all; series in the store {r.head_series:,}"
     )
-    print(
-        f"Prometheus RSS {r.rss.median / 2**20:,.0f} MiB (max {r.rss.max / 2**20:,.0f}), "
-        f"Go heap in use {r.heap.median / 2**20:,.0f} MiB"
-    )
-    print(
-        f"cores used while measuring: Prometheus {r.prometheus_cores:.2f}, the simulator "
-        f"(and this script) {r.simulator_cores:.2f}"
-    )
+    if r.ruler == "vmalert":
+        for name, rss in r.process_rss.items():
+            print(f"{name} RSS {rss.median / 2**20:,.0f} MiB (max {rss.max / 2**20:,.0f})")
+        cores = ", ".join(f"{name} {c:.2f}" for name, c in r.process_cores.items())
+        print(f"cores used while measuring: {cores}, the simulator {r.simulator_cores:.2f}")
+    else:
+        print(
+            f"Prometheus RSS {r.rss.median / 2**20:,.0f} MiB (max {r.rss.max / 2**20:,.0f}), "
+            f"Go heap in use {r.heap.median / 2**20:,.0f} MiB"
+        )
+        print(
+            f"cores used while measuring: Prometheus {r.prometheus_cores:.2f}, the simulator "
+            f"(and this script) {r.simulator_cores:.2f}"
+        )
     for job in r.scrape:
         print(
             f"scrape {job}: median target {r.scrape[job].ms()}, slowest target "
@@ -277,17 +424,23 @@ def report(r: Result) -> None:
     print("rule group             last duration: median (max)     max / interval")
     for group, spread in sorted(r.rule_groups.items()):
         interval = r.group_interval.get(group, float("nan"))
-        print(f"  {group:<28} {spread.ms():<28} {spread.max / interval:6.1%} of {interval:g}s")
-    medians = sorted(s.median for s in r.queries.values())
-    worst = sorted(r.queries.items(), key=lambda kv: kv[1].max, reverse=True)
+        missed = f", {r.missed[group]:.0f} missed" if r.missed.get(group) else ""
+        print(
+            f"  {group:<28} {spread.ms():<28} {spread.max / interval:6.1%} of {interval:g}s{missed}"
+        )
+    for where, error in sorted(r.query_errors.items()):
+        print(f"  refused: {where}: {error}")
+    timed = {where: spread for where, spread in r.queries.items() if spread.values}
+    medians = sorted(s.median for s in timed.values())
+    worst = sorted(timed.items(), key=lambda kv: kv[1].max, reverse=True)
     print(
-        f"dashboard queries: {len(r.queries)}, median of medians "
-        f"{statistics.median(medians) * 1000:.1f} ms, p95 "
+        f"dashboard queries: {len(timed)} answered, {len(r.query_errors)} refused; "
+        f"median of medians {statistics.median(medians) * 1000:.1f} ms, p95 "
         f"{medians[int(0.95 * (len(medians) - 1))] * 1000:.1f} ms, slowest:"
     )
     for where, spread in worst[:5]:
         print(f"  {spread.ms():<28} {where}")
-    over = [w for w, s in r.queries.items() if s.max >= 2.0]
+    over = [w for w, s in timed.items() if s.max >= 2.0]
     print(f"queries at or over 2 s (max of repeats): {len(over)}")
 
 
@@ -301,7 +454,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--measure", type=float, default=150.0, help="seconds of sampling")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each dashboard query")
-    parser.add_argument("--port", type=int, default=18300, help="the fleet's; Prometheus +1")
+    parser.add_argument(
+        "--port", type=int, default=18300, help="the fleet's; Prometheus (or the store) +1"
+    )
+    parser.add_argument(
+        "--ruler", default="prometheus", help="prometheus, vmalert or both: prometheus,vmalert"
+    )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.pods.split(",")]
     engine_counts = [int(n) for n in args.engines.split(",")]
@@ -310,12 +468,14 @@ def main(argv: list[str]) -> int:
         f"{args.evaluation_interval}, warm-up {args.warmup:g}s, {os.cpu_count()} CPUs"
     )
     results = []
+    rulers = {"prometheus": measure, "vmalert": measure_vmalert}
     for engines in engine_counts:
         for pods in sizes:
-            with tempfile.TemporaryDirectory(prefix="bench-fleet-") as work:
-                results.append(measure(args, pods, engines, Path(work)))
-            report(results[-1])
-            sys.stdout.flush()
+            for ruler in args.ruler.split(","):
+                with tempfile.TemporaryDirectory(prefix="bench-fleet-") as work:
+                    results.append(rulers[ruler](args, pods, engines, Path(work)))
+                report(results[-1])
+                sys.stdout.flush()
     curve(results)
     return 0
 
@@ -324,7 +484,7 @@ def curve(results: list[Result]) -> None:
     """One line per size: what N pods cost."""
     print("\n## The curve\n")
     print(
-        "| pods × engines | series/pod (vLLM + exporter) | head series | RSS MiB "
+        "| pods × engines, ruler | series/pod (vLLM + exporter) | series | store RSS MiB "
         "| slowest rule group, max / interval | dashboard queries p50 / p95 / max |"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -332,10 +492,11 @@ def curve(results: list[Result]) -> None:
         per_pod = r.series_per_pod[VLLM_JOB] + r.series_per_pod[EXPORTER_JOB]
         group, spread = max(r.rule_groups.items(), key=lambda kv: kv[1].max)
         share = spread.max / r.group_interval.get(group, float("nan"))
-        medians = sorted(s.median for s in r.queries.values())
-        worst = max(s.max for s in r.queries.values())
+        timed = [s for s in r.queries.values() if s.values]
+        medians = sorted(s.median for s in timed)
+        worst = max(s.max for s in timed)
         print(
-            f"| {r.pods} × {r.engines} | {per_pod:,.0f} | {r.head_series:,} "
+            f"| {r.pods} × {r.engines}, {r.ruler} | {per_pod:,.0f} | {r.head_series:,} "
             f"| {r.rss.median / 2**20:,.0f} (max {r.rss.max / 2**20:,.0f}) "
             f"| {group} {spread.max * 1000:,.0f} ms, {share:.1%} "
             f"| {medians[len(medians) // 2] * 1000:,.0f} / "

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything glassbox needs on a fresh Debian machine, idempotently:
 # Debian's prometheus (promtool and the server, for the rules and real-data tests),
+# victoria-metrics (the single-node store, vmagent and vmalert), prometheus-alertmanager and
+# jsonnet (the rules beyond one Prometheus, the Alertmanager example and the mixin: docs/fleet.md),
 # docker.io and debootstrap (the image is built and run for real by tests/e2e/test_image.py),
 # make (the Makefile's development loop, docs/code-map.md),
 # a virtualenv in .venv with glassbox, its lab and test tools and the vLLM CPU build, and
@@ -20,6 +22,11 @@ if ! $demo_only; then
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
   command -v make >/dev/null || missing+=(make)  # the development loop (Makefile)
+  for tool in victoria-metrics vmagent vmalert; do
+    command -v $tool >/dev/null || { missing+=(victoria-metrics); break; }
+  done
+  command -v prometheus-alertmanager >/dev/null || missing+=(prometheus-alertmanager)
+  command -v jsonnet >/dev/null || missing+=(jsonnet)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian's ${missing[*]}"
@@ -65,4 +72,4 @@ if [ ! -x .tools/checkov/bin/checkov ]; then
   python3 -m venv .tools/checkov
   uv_install .tools/checkov/bin/python "checkov==3.3.30"
 fi
-echo "setup: ready (.venv, promtool $(promtool --version 2>&1 | head -1 | awk '{print $3}'), $(dockerd --version | cut -d, -f1), checkov $(.tools/checkov/bin/checkov --version))"
+echo "setup: ready (.venv, promtool $(promtool --version 2>&1 | head -1 | awk '{print $3}'), $(dockerd --version | cut -d, -f1), checkov $(.tools/checkov/bin/checkov --version), victoria-metrics $(dpkg-query -W -f '${Version}' victoria-metrics), alertmanager $(prometheus-alertmanager --version 2>&1 | head -1 | awk '{print $3}'), $(jsonnet --version 2>&1 | awk '{print $NF}'))"

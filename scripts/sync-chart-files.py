@@ -13,9 +13,10 @@ chart emits them unchanged.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+
+import copies  # scripts/copies.py, beside this script
 
 REPO = Path(__file__).resolve().parent.parent
 CHART_FILES = Path("helm/vllm-glassbox/files")
@@ -54,49 +55,8 @@ def expected(repo: Path) -> dict[Path, bytes]:
     return files
 
 
-def drift(repo: Path, chart_files: Path) -> list[str]:
-    """Files that differ from their sources, are missing, or have no source."""
-    want = expected(repo)
-    have = {p.relative_to(chart_files) for p in chart_files.rglob("*") if p.is_file()}
-    problems = [f"{chart_files / n}: missing" for n in sorted(set(want) - have)]
-    problems += [f"{chart_files / n}: no source (stale)" for n in sorted(have - set(want))]
-    problems += [
-        f"{chart_files / n}: differs from its source"
-        for n in sorted(set(want) & have)
-        if (chart_files / n).read_bytes() != want[n]
-    ]
-    return problems
-
-
-def write(repo: Path, chart_files: Path) -> list[Path]:
-    want = expected(repo)
-    for stale in [p for p in chart_files.rglob("*") if p.is_file()]:
-        if stale.relative_to(chart_files) not in want:
-            stale.unlink()
-    for name, content in want.items():
-        (chart_files / name).parent.mkdir(parents=True, exist_ok=True)
-        (chart_files / name).write_bytes(content)
-    return [chart_files / n for n in want]
-
-
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 on drift")
-    parser.add_argument("--repo", type=Path, default=REPO, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    chart_files = args.repo / CHART_FILES
-    if args.check:
-        problems = drift(args.repo, chart_files)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
-            print("run scripts/sync-chart-files.py and commit the result", file=sys.stderr)
-            return 1
-        print(f"{chart_files}: every copy matches its source")
-        return 0
-    for path in write(args.repo, chart_files):
-        print(path.relative_to(args.repo))
-    return 0
+    return copies.main(argv, __doc__ or "", expected, CHART_FILES, REPO)
 
 
 if __name__ == "__main__":

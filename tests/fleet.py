@@ -39,6 +39,7 @@ from prometheus_client import generate_latest
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 
 from tests.fixtures import LOGS, grow_engines, page
+from tests.remote_write import Series
 from tests.rules.test_rules import serve_pages
 
 IDLE_PAGE = "cpu-0.32/spec-idle.txt"
@@ -48,6 +49,7 @@ CAPTURE_MODEL = "tiny"
 CAPTURE_SECONDS = 60.0  # the pace: the busy page's increases over a minute at load 1
 COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
 VLLM_JOB, EXPORTER_JOB = "vllm", "vllm-glassbox"  # the chart's job names
+CONNECT_ERRORS = 'glassbox_scrape_errors_total{reason="connect"} '
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class Pod:
     load: float  # 1.0: the capture's pace
     under_pressure: bool
     bandwidth_utilization: float
+    # The exporter fails to read vLLM (glassbox_target_up 0, connect errors counting).
+    target_down: bool = False
+    # The exporter sees vLLM restart this many seconds into the fleet's life.
+    restart_after: float | None = None
 
     @property
     def name(self) -> str:
@@ -172,22 +178,24 @@ def exporter_page(engines: int) -> str:
 class Fleet:
     """The pods' pages, rendered at the time of each request."""
 
-    def __init__(self, pods: Sequence[Pod], engines: int = 1) -> None:
+    def __init__(self, pods: Sequence[Pod], engines: int = 1, started: float | None = None) -> None:
         self.pods = list(pods)
         self.engines = engines
-        self.started = time.time()
+        self.started = time.time() if started is None else started
         idle, busy = (grow_engines(page(p), engines) for p in (IDLE_PAGE, BUSY_PAGE))
         exporter = exporter_page(engines)
         models = sorted({p.model for p in pods})
         self.vllm = {m: template(_with_model(idle, m), _with_model(busy, m)) for m in models}
         self.exporter = {m: template(_with_model(exporter, m)) for m in models}
 
-    def page(self, index: int, kind: str) -> str:
+    def page(self, index: int, kind: str, elapsed: float | None = None) -> str:
+        """Pod `index`'s page of `kind` now, or `elapsed` seconds into the fleet's life."""
         pod = self.pods[index]
+        elapsed = time.time() - self.started if elapsed is None else elapsed
         if kind == "vllm":
-            return self._vllm_page(pod, time.time() - self.started)
+            return self._vllm_page(pod, elapsed)
         if kind == "glassbox":
-            return self._exporter_page(pod)
+            return self._exporter_page(pod, elapsed)
         raise KeyError(kind)
 
     def _vllm_page(self, pod: Pod, elapsed: float) -> str:
@@ -217,14 +225,25 @@ class Fleet:
                 values.append(start + rate * pod.load * elapsed)
         return t.render(values)
 
-    def _exporter_page(self, pod: Pod) -> str:
+    def _exporter_page(self, pod: Pod, elapsed: float) -> str:
         t = self.exporter[pod.model]
-        gauges = {
+        restarted = pod.restart_after is not None and elapsed >= pod.restart_after
+        values = {
             "glassbox_memory_bandwidth_utilization_ratio": pod.bandwidth_utilization,
             "glassbox_kv_cache_headroom_requests": 0.0 if pod.under_pressure else 6.0,
             "glassbox_preemptions_per_second": 0.2 if pod.under_pressure else 0.0,
+            "glassbox_target_up": 0.0 if pod.target_down else 1.0,
+            "glassbox_target_restarts_total": 1.0 if restarted else 0.0,
         }
-        return t.render([gauges.get(n, v) for n, v in zip(t.names, t.start, strict=True)])
+        out = []
+        for piece, name, start in zip(t.pieces, t.names, t.start, strict=False):
+            if pod.target_down and piece.endswith(
+                'glassbox_scrape_errors_total{reason="connect"} '
+            ):
+                out.append(start + 0.2 * elapsed)  # a failed poll every 5 s
+            else:
+                out.append(values.get(name, start))
+        return t.render(out)
 
 
 _PATH = re.compile(r"^/pods/(\d+)/(vllm|glassbox)$")
@@ -276,16 +295,59 @@ class Serving:
                         "targets": [self.hostport],
                         "labels": {
                             "__metrics_path__": f"/pods/{pod.index}/{kind}",
-                            "namespace": pod.namespace,
-                            "pod": pod.name,
-                            "instance": f"10.0.{pod.index // 250}.{pod.index % 250}:{port}",
+                            **{
+                                k: v
+                                for k, v in self.target_labels(pod, name, port).items()
+                                if k != "job"
+                            },
                         },
                     }
                     for pod in self.fleet.pods
                 ],
             }
 
-        return [job(VLLM_JOB, "vllm", 8000), job(EXPORTER_JOB, "glassbox", 9400)]
+        return [job(name, kind, port) for name, kind, port in TARGETS]
+
+    def history(self, until: float, step: float, pods: Sequence[Pod] | None = None) -> list[Series]:
+        """What a scraper with `scrape_configs` would have read from `pods` (all) from the
+        fleet's start to `until` seconds into its life, every `step`: each page's samples
+        with the labels the scrape gives them (`up` 1 beside each), as remote-write series."""
+        series: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+        elapsed = 0.0
+        while elapsed < until:
+            at = self.fleet.started + elapsed
+            for job, kind, port in TARGETS:
+                for pod in self.fleet.pods if pods is None else pods:
+                    target = self.target_labels(pod, job, port)
+                    samples = [("up", 1.0)]
+                    text = self.fleet.page(pod.index, kind, elapsed)
+                    samples += [(m.group(1), float(m.group(2))) for m in _LINES.finditer(text)]
+                    for name_and_labels, value in samples:
+                        key = tuple(sorted({**_labels_of(name_and_labels), **target}.items()))
+                        series.setdefault(key, []).append((at, value))
+            elapsed += step
+        return [(dict(key), samples) for key, samples in series.items()]
+
+    @staticmethod
+    def target_labels(pod: Pod, job: str, port: int) -> dict[str, str]:
+        return {
+            "job": job,
+            "namespace": pod.namespace,
+            "pod": pod.name,
+            "instance": f"10.0.{pod.index // 250}.{pod.index % 250}:{port}",
+        }
+
+
+# (job, page, port) of each pod's two targets: vLLM's, the exporter's.
+TARGETS = ((VLLM_JOB, "vllm", 8000), (EXPORTER_JOB, "glassbox", 9400))
+_LINES = re.compile(r"^([^#\s][^ ]*) (\S+)$", re.MULTILINE)
+_LABEL_PAIR = re.compile(r'([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"')
+
+
+@functools.cache
+def _labels_of(series: str) -> dict[str, str]:
+    name, _, rest = series.partition("{")
+    return {"__name__": name, **dict(_LABEL_PAIR.findall(rest))}
 
 
 @contextlib.contextmanager

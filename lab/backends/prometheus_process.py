@@ -42,7 +42,9 @@ def scrape_config(
 
 
 class PrometheusProcess(ChildProcess):
-    """`prometheus` with `config`, its files in `workdir`, serving at `url`."""
+    """`prometheus` with `config`, its files in `workdir`, serving at `url`. With `agent`,
+    in agent mode: it scrapes and remote-writes (`remote_write` in `config`), and keeps
+    only its write-ahead log; it answers no query and evaluates no rule."""
 
     def __init__(
         self,
@@ -51,17 +53,23 @@ class PrometheusProcess(ChildProcess):
         port: int | None = None,
         tsdb: Path | None = None,
         flags: Sequence[str] = (),
+        agent: bool = False,
     ) -> None:
         self.workdir = workdir
         self.config = dict(config)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_path = workdir / "prometheus.yml"
+        storage = (
+            ["--enable-feature=agent", f"--storage.agent.path={tsdb or workdir / 'wal'}"]
+            if agent
+            else [f"--storage.tsdb.path={tsdb or workdir / 'tsdb'}"]
+        )
         super().__init__(
             [
                 "prometheus",
                 f"--config.file={self.config_path}",
-                f"--storage.tsdb.path={tsdb or workdir / 'tsdb'}",
+                *storage,
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 *flags,
             ],
