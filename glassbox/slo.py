@@ -27,6 +27,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -47,31 +48,25 @@ class Histogram:
     default_buckets: tuple[float, ...]
 
 
-# vLLM's default buckets (vllm/v1/metrics, unchanged from 0.11 to 0.33).
-_TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-_ITL_BUCKETS = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0,
-)  # fmt: skip
-_REQUEST_LATENCY_BUCKETS = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-    240.0, 480.0, 960.0, 1920.0, 7680.0,
-)  # fmt: skip
+RULES_TEMPLATE = "slo_rules.yaml"
 
-#: Latency SLIs: time to first token, time per output token of each request (vLLM 0.11+:
-#: decode time / (tokens - 1), 0 for a request of one token), end-to-end latency.
-HISTOGRAMS = {
-    "ttft": Histogram("vllm:time_to_first_token_seconds", "time_to_first_token", _TTFT_BUCKETS),
-    "tpot": Histogram(
-        "vllm:request_time_per_output_token_seconds", "inter_token_latency", _ITL_BUCKETS
-    ),
-    "e2e": Histogram(
-        "vllm:e2e_request_latency_seconds", "request_latency", _REQUEST_LATENCY_BUCKETS
-    ),
-}
+
+def template_text() -> str:
+    """The rule template (beside this module; the chart has a copy in files/slo/)."""
+    return (resources.files("vllm_glassbox") / RULES_TEMPLATE).read_text(encoding="utf-8")
+
+
+def _histograms(text: str) -> dict[str, Histogram]:
+    found = yaml.safe_load(text)["histograms"]
+    return {
+        sli: Histogram(h["name"], h["family"], tuple(float(b) for b in h["buckets"]))
+        for sli, h in found.items()
+    }
+
+
+#: Latency SLIs (ttft, tpot: each request's time per output token, e2e) and vLLM's
+#: histogram of each, from the rule template: the chart reads the same.
+HISTOGRAMS = _histograms(template_text())
 ERRORS = "errors"
 SLIS = (*HISTOGRAMS, ERRORS)
 #: Every family vLLM's --custom-histogram-buckets takes (its JSON may be pasted whole).
@@ -87,11 +82,11 @@ FAST_BURN, SLOW_BURN = 14.4, 6.0
 # The grammar the chart's schema and template read too (values.schema.json, _slo.tpl).
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 NAMESPACE = NAME
-MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
+MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:+-]{0,254}$")
 THRESHOLD = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m)$")
 TARGET_PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
 WINDOW = re.compile(r"^([1-9][0-9]*)d$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+_UNIT_SECONDS = {"ms": "0.001", "s": "1", "m": "60"}
 MAX_WINDOW_DAYS = 365
 MAX_BOUNDARY = 1e6  # seconds; beyond it vLLM writes `le` in exponent form
 DEFAULT_WINDOW = "28d"
@@ -123,8 +118,9 @@ class Objective:
 
     @property
     def budget(self) -> float:
-        """The share of requests that may be bad: 1 - target."""
-        return 1.0 - self.target
+        """The share of requests that may be bad: 1 - target (0.001 for 99.9 %, not the
+        0.000999… of binary floating point: the chart's arithmetic is decimal)."""
+        return float(Decimal(1) - _decimal(self.target))
 
     @property
     def period(self) -> str:
@@ -202,6 +198,12 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
+def _decimal(value: float) -> Decimal:
+    """A number as the chart's template computes with it (sprig's mulf, divf and subf
+    work in decimal, from each float's shortest form), so both round alike."""
+    return Decimal(repr(float(value)))
+
+
 def threshold_seconds(value: object) -> float:
     """'500ms', '2s', '1m' or a number of seconds, > 0."""
     number = _number(value)
@@ -211,7 +213,7 @@ def threshold_seconds(value: object) -> float:
             raise ValueError(
                 f"must be a duration such as 500ms, 2s or 1m, or seconds, not {value!r}"
             )
-        number = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        number = float(_decimal(float(m.group(1))) * Decimal(_UNIT_SECONDS[m.group(2)]))
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"must be more than 0 seconds, not {value!r}")
     return number
@@ -224,7 +226,7 @@ def target_share(value: object) -> float:
         m = TARGET_PERCENT.match(value) if isinstance(value, str) else None
         if m is None:
             raise ValueError(f"must be a share such as 99% or 0.99, not {value!r}")
-        number = float(m.group(1)) / 100
+        number = float(_decimal(float(m.group(1))) / 100)
     if not 0 < number < 1:
         raise ValueError(f"must be above 0 and below 100 % (1), not {value!r}")
     return number
@@ -321,7 +323,7 @@ def _objective(raw: object, where: str, problem: Any) -> Objective | None:
         "target": target_share,
         "window": window_days,
         "namespace": _label_value(NAMESPACE, "a Kubernetes namespace name"),
-        "model": _label_value(MODEL, "a served model name (letters, digits, ._/:@+-)"),
+        "model": _label_value(MODEL, "a served model name (letters, digits, ._/:+-)"),
         "threshold": threshold_seconds,
     }
     for key, read in readers.items():
@@ -396,14 +398,9 @@ def warnings(slo: SloFile) -> list[str]:
 
 # --- the rules -----------------------------------------------------------------------------
 
-RULES_TEMPLATE = "slo_rules.yaml"
 _INDENT = " " * 10  # where the snippets go in the template (a line of an `expr: |-` block)
 #: The part of the template that is filled: from its `groups:` line to the end.
 GROUPS_TEXT = re.compile(r"^groups:\n.*", re.MULTILINE | re.DOTALL)
-
-
-def template_text() -> str:
-    return (resources.files("vllm_glassbox") / RULES_TEMPLATE).read_text(encoding="utf-8")
 
 
 def selector(objective: Objective) -> str:
