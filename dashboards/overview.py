@@ -7,14 +7,15 @@ numbers next to vLLM's own raw series, the bottom says whether the exporter can 
 from __future__ import annotations
 
 from vllm_glassbox.dashboards import panels as p
+from vllm_glassbox.dashboards import slo
 from vllm_glassbox.dashboards.common import Row
 from vllm_glassbox.dashboards.common import dashboard as _dashboard
 
 dashboard = _dashboard(
     uid="glassbox-overview",
     title="vLLM glassbox / Overview",
-    description="Lab phases, the fleet at a glance, decode efficiency, cold starts by "
-    "stage and vLLM's raw context (running, waiting, KV usage, preemptions, throughput, "
+    description="Lab phases, the fleet at a glance, its service-level objectives, decode "
+    "efficiency, cold starts by stage and vLLM's raw context (running, waiting, KV usage, preemptions, throughput, "
     "TTFT).",
     rows=[
         Row("Lab phases", [(p.lab_phase(), 24)], height=4),
@@ -36,6 +37,7 @@ dashboard = _dashboard(
             ],
             height=4,
         ),
+        Row("Service-level objectives (SLO rules)", slo.overview_panels(), height=4),
         Row("Decode", [(p.tpot(), 12), (p.tokens_per_forward_pass(), 12)]),
         Row(
             "Cold start (from vLLM's log)",
