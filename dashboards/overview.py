@@ -15,8 +15,8 @@ dashboard = _dashboard(
     uid="glassbox-overview",
     title="vLLM glassbox / Overview",
     description="Lab phases, the fleet at a glance, its service-level objectives, decode "
-    "efficiency, cold starts by stage and vLLM's raw context (running, waiting, KV usage, preemptions, throughput, "
-    "TTFT).",
+    "efficiency, cold starts by stage and vLLM's raw context (running, waiting, KV usage, "
+    "preemptions, throughput, TTFT).",
     rows=[
         Row("Lab phases", [(p.lab_phase(), 24)], height=4),
         Row(

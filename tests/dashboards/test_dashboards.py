@@ -274,7 +274,7 @@ def _lab_series() -> set[str]:
 
 def _rule_files() -> list[dict[str, Any]]:
     """alerts/*.yaml, and the SLO rules an SLO file renders (the example's)."""
-    paths = sorted((REPO / "alerts").glob("*.yaml")) + [REPO / "alerts/slo/example.rules.yaml"]
+    paths = [*sorted((REPO / "alerts").glob("*.yaml")), REPO / "alerts/slo/example.rules.yaml"]
     return [yaml.safe_load(p.read_text()) for p in paths]
 
 
