@@ -9,7 +9,7 @@ from vllm_glassbox.lab.experiments.rate_sweep.judge import (
     LIMITS,
     MIN_SPAN_LATENCIES,
     TPOT_AGREEMENT,
-    slo_share,
+    step_goodput,
 )
 from vllm_glassbox.lab.experiments.rate_sweep.result import RateSweepResult, SweepStep
 from vllm_glassbox.lab.experiments.rate_sweep.views import MIN_JUDGED_REQUESTS
@@ -52,6 +52,8 @@ def _ms(value: float | None) -> str:
 def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
     out = server_facts(r.startup)
     slos = ", ".join(f"{k} ≤ {v * 1000:g} ms" for k, v in r.goodput_slos.items()) or "none"
+    if r.slo_file:
+        slos = f"the objectives of {r.slo_file} (below)"
     out += [
         f"`vllm bench serve` at each rate: {r.arrivals} arrivals, random prompts of "
         f"{r.input_len} tokens, {r.output_len} generated (EOS ignored)"
@@ -84,8 +86,8 @@ def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
                 {True: "yes", False: "**no**", None: "–"}[st.keeps_up],
                 str(c.completed),
                 str(c.failed),
-                num(c.request_goodput),
-                percent(slo_share(c)),
+                num(step_goodput(st)[0]),
+                percent(step_goodput(st)[1]),
                 f"{_ms(c.ttft_p50)} / {_ms(c.ttft_p99)}",
                 f"{_ms(c.tpot_p50)} / {_ms(c.tpot_p99)}",
                 f"{_ms(c.itl_p50)} / {_ms(c.itl_p99)}",
@@ -95,6 +97,7 @@ def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
             if (c := st.client) is not None
         ],
     )  # fmt: skip
+    out += _objectives(r)
     out += [
         "**The server's view** (vLLM's counters around each step through the derivation "
         "core; peaks and headroom from the polls of its page"
@@ -200,14 +203,48 @@ def _knee_words(r: RateSweepResult) -> str:
                 f"{integer(step.server.peak_waiting)}, "
                 f"{step.server.preemptions:g} preemptions."
             )
-    if r.goodput_slos:
+    if r.goodput_slos or r.slo_file:
+        within = (
+            f"every objective of {r.slo_file} at its target"
+            if r.slo_file
+            else f"{percent(r.keep_up)} of requests or more"
+        )
         words += (
-            f" Within the SLOs ({percent(r.keep_up)} of requests or more): up to "
-            f"{k.slo_rate:g} req/s."
+            f" Within the SLOs ({within}): up to {k.slo_rate:g} req/s."
             if k.slo_rate is not None
             else " Not even the first step kept its requests within the SLOs."
         )
     return words
+
+
+def _objectives(r: RateSweepResult) -> list[str]:
+    """Each step's requests by every objective of the SLO file that applies to the model."""
+    if not r.slo_file:
+        return []
+    out = [
+        f"**The objectives of {r.slo_file}**, the definition its rules use (glassbox/slo.py): "
+        "a latency is within its objective up to the bucket boundary the rules count (the "
+        "threshold, or the nearest vLLM boundary below it); failed requests count against "
+        "the errors objective only. Goodput above: the requests within every objective.",
+        "",
+    ]
+    rows = [
+        [
+            f"{st.rate:g}",
+            f"{a.objective} ({a.sli})",
+            "–" if a.threshold_seconds is None else f"{a.threshold_seconds * 1000:g} ms",
+            f"{a.good} / {a.counted}",
+            percent(a.share),
+            percent(a.target),
+            num(a.burn_rate),
+            {True: "yes", False: "**no**", None: "–"}[a.met],
+        ]
+        for st in r.steps
+        if st.slo is not None
+        for a in st.slo.attainments
+    ]
+    headers = ["rate req/s", "objective", "within", "good / counted", "attainment", "target"]
+    return out + table([*headers, "burn rate", "met"], rows)
 
 
 def _forecast_words(r: RateSweepResult) -> str:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vllm_glassbox import slo
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.base import ExporterView, PhaseFailed, Served, Services
@@ -29,6 +30,7 @@ from vllm_glassbox.lab.experiments.rate_sweep.views import (
     FREE_TOKENS,
     HEADROOM,
     client_view,
+    request_outcomes,
     server_view,
     sweep_point,
 )
@@ -126,6 +128,7 @@ def _result(
         exporter=exporter is not None,
         host_cpus=os.cpu_count(),
         bench_command=phase.bench_command,
+        slo_file=phase.slo.source if phase.slo else None,
     )
 
 
@@ -188,6 +191,12 @@ def _run_step(
         increase(before, after, seconds), points, served.startup, lab.peak_bandwidth
     )
     diff, agree, note = tpot_verdict(view, server)
+    model = served.deployed.served_model_name
+    judged = (
+        slo.goodput(phase.slo, request_outcomes(bench), view.duration_seconds, model)
+        if phase.slo and view
+        else None
+    )
     acts = act_names([p.timeline_point() for p in points], phase.saturation)
     return SweepStep(
         index=index,
@@ -204,6 +213,7 @@ def _run_step(
         acts=tuple(dict.fromkeys(acts)),
         error=error,
         host_load=os.getloadavg()[0],
+        slo=judged,
     )
 
 
