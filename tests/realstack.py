@@ -76,13 +76,15 @@ FLOOD_MAX_TOKENS = 600
 # random model's ngram drafts are rejected, so each request grows one token per step.
 FILL_REQUESTS = 4
 FILL_MAX_TOKENS = 2000
-# Objectives for the stack's model. The spec phase's requests take a few seconds end to end,
-# the flood's tens of seconds: the flood is pushed past stack-e2e. stack-tpot-custom names
-# a bucket the stack's vLLM does not have (its default buckets have no 0.06).
+# Objectives for the stack's model. A flood request generates 600 tokens while sharing
+# the engine with 15 others: 4 to 12 s end to end here, past stack-e2e's 2.5 s (a spec
+# request of 128 tokens alone takes half a second, the first one a second or two: it
+# compiles the ngram proposer). stack-tpot-custom names a bucket the stack's vLLM does not
+# have (its default buckets have no 0.06).
 STACK_SLO = {
     "buckets": {"inter_token_latency": [0.03, 0.06]},
     "objectives": [
-        {"name": "stack-e2e", "model": "tiny", "sli": "e2e", "threshold": "10s", "target": "99%"},
+        {"name": "stack-e2e", "model": "tiny", "sli": "e2e", "threshold": "2.5s", "target": "99%"},
         {
             "name": "stack-ttft",
             "model": "tiny",

@@ -1,13 +1,12 @@
 """Service-level objectives on real data: the session stack's Prometheus (tests/realstack.py)
 evaluates the rules of STACK_SLO every second over the real vLLM CPU build, whose flood
-pushes its requests past stack-e2e (10 s end to end for 99 %). The fast-burn alert fires
-then and not before, and the SLO dashboard's attainment equals the count from vLLM's raw
-buckets by hand.
+pushes its requests past stack-e2e (2.5 s end to end for 99 %). The fast-burn alert fires
+then (and before only if the spec phase already missed the objective), and the SLO
+dashboard's attainment equals the count from vLLM's raw buckets by hand.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
@@ -27,28 +26,49 @@ def firing_times(stack: RealStack, start: float, end: float) -> list[float]:
     return sorted(float(t) for series in result for t, _ in series["values"])
 
 
-def test_requests_within_the_objective_fire_nothing(stack: RealStack) -> None:
-    """The spec phase's three requests take seconds end to end: within 10 s."""
-    t = stack.times
-    seconds = math.ceil(stack.spec_compare_at - t["spec_start"])
-    within = stack.query(
-        f'max_over_time(vllm:e2e_request_latency_seconds_bucket{{{E2E}, le="10.0"}}[{seconds}s])',
-        at=stack.spec_compare_at,
+def _counted(stack: RealStack, at: float) -> tuple[float, float]:
+    """(requests vLLM's e2e histogram counted, those within 2.5 s) since it started, at
+    `at`."""
+
+    def one(selector: str) -> float:
+        (series,) = stack.query(selector, at=at)
+        return float(series["value"][1])
+
+    return (
+        one(f"vllm:e2e_request_latency_seconds_count{{{E2E}}}"),
+        one(f'vllm:e2e_request_latency_seconds_bucket{{{E2E}, le="2.5"}}'),
     )
-    assert [float(r["value"][1]) for r in within] == [3.0]
-    assert firing_times(stack, t["spec_start"], stack.spec_compare_at) == []
+
+
+def test_the_fast_burn_fires_before_the_flood_only_if_the_spec_phase_missed_the_objective(
+    stack: RealStack,
+) -> None:
+    """Three spec requests: one over 2.5 s (the first, compiling the ngram proposer, on a
+    busy machine) is a third of them, past 14.4 × 1 %; none is nothing to page for."""
+    t = stack.times
+    counted, within = _counted(stack, stack.spec_compare_at)
+    assert counted == 3
+    fired = firing_times(stack, t["spec_start"], stack.spec_compare_at)
+    print(f"spec phase: {within:g} of 3 requests within 2.5 s; fast burn fired: {bool(fired)}")
+    assert bool(fired) == (within < counted)
 
 
 def test_the_flood_past_the_objective_fires_the_fast_burn_alert(stack: RealStack) -> None:
     t = stack.times
+    before, after = _counted(stack, t["flood_start"]), _counted(stack, t["flood_end"] + 2)
+    missed = (after[0] - before[0]) - (after[1] - before[1])
+    assert after[0] - before[0] == 16 and missed >= 3, (before, after)  # pushed past it
     fired = firing_times(stack, t["flood_start"], t["fill_end"])
     assert fired, "VLLMSLOFastBurn never fired while the flood's requests missed stack-e2e"
+    if not firing_times(stack, t["spec_start"], t["flood_start"]):
+        assert fired[0] > t["flood_start"]  # the flood made it fire
     print(
-        f"VLLMSLOFastBurn first fired {fired[0] - t['flood_start']:.0f} s after the flood "
-        f"began (the flood lasted {t['flood_end'] - t['flood_start']:.0f} s)"
+        f"the flood: {missed:g} of 16 requests over 2.5 s; VLLMSLOFastBurn firing "
+        f"{fired[0] - t['flood_start']:.0f} s after the flood began (it lasted "
+        f"{t['flood_end'] - t['flood_start']:.0f} s)"
     )
     (alert,) = stack.query(f'{FAST_BURN}, alertstate="firing"}}', at=fired[0])
-    assert alert["metric"]["sli"] == "e2e" and alert["metric"]["threshold"] == "10.0"
+    assert alert["metric"]["sli"] == "e2e" and alert["metric"]["threshold"] == "2.5"
     assert alert["metric"]["model_name"] == "tiny" and alert["metric"]["severity"] == "critical"
 
 
@@ -68,20 +88,20 @@ def _dashboard_query(uid: str, title: str, ref_id: str) -> tuple[str, list[str]]
 def test_the_dashboards_attainment_equals_the_hand_count_from_vllms_raw_buckets(
     stack: RealStack,
 ) -> None:
-    """After the flood: requests within 10 s over all requests, from the raw bucket and
+    """After the flood: requests within 2.5 s over all requests, from the raw bucket and
     count series over the same 5 minutes, against the SLO dashboard's 5-minute attainment
     as Grafana would ask for it."""
     at = stack.times["flood_end"] + 2
     counted = _raw(stack, f"vllm:e2e_request_latency_seconds_count{{{E2E}}}", at)
-    within = _raw(stack, f'vllm:e2e_request_latency_seconds_bucket{{{E2E}, le="10.0"}}', at)
+    within = _raw(stack, f'vllm:e2e_request_latency_seconds_bucket{{{E2E}, le="2.5"}}', at)
     hand = (within[-1] - within[0]) / (counted[-1] - counted[0])
-    assert counted[-1] - counted[0] >= 16 and hand < 0.9  # the flood missed the objective
+    assert counted[-1] - counted[0] >= 16
     expr, names = _dashboard_query("glassbox-slo", "Attainment: last 5 minutes and last hour", "A")
     sent = substitute(expr, names, TimeRange(at - 300, at, 1.0, 1.0))
     shown: dict[str, Any] = {
         r["metric"]["slo"]: float(r["value"][1]) for r in stack.query(sent, at=at)
     }
-    print(f"stack-e2e within 10 s: {hand:.4f} by hand, {shown['stack-e2e']:.4f} on the dashboard")
+    print(f"stack-e2e within 2.5 s: {hand:.4f} by hand, {shown['stack-e2e']:.4f} on the dashboard")
     if counted[0] == 0 and within[0] == 0:
         # Every request of the run inside the window: both counters start at 0, so rate()
         # extrapolates both alike and the ratio is exact.
