@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 from vllm_glassbox import slo
+from vllm_glassbox.helptext import examples
 
 # The labels the rules already aggregate or match on: adding one again is a mistake.
 RULE_LABELS = frozenset({"namespace", "job", "instance", "model_name", "engine", "position"})
@@ -131,6 +132,11 @@ def main(argv: Sequence[str], prog: str = "glassbox rules") -> int:
         prog=prog,
         description="Write the rule files with more aggregation labels, or the rules of an "
         "SLO file.",
+        **examples(
+            f"{prog} --aggregation-labels cluster --out rules/ alerts/glassbox-*.yaml",
+            f"{prog} --slo slo.yaml --out rules/",
+            f"{prog} --slo slo.yaml --aggregation-labels cluster --out rules/",
+        ),
     )
     parser.add_argument(
         "--aggregation-labels",
