@@ -15,6 +15,7 @@ from vllm_glassbox import slo
 from vllm_glassbox.rules import with_aggregation_labels
 
 from tests.chart_render import HelmError, render
+from tests.glassbox.test_slo import GOOD, REFUSED, changed
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((REPO / "alerts" / "slo" / "example.yaml").read_text())
@@ -113,42 +114,21 @@ def test_notes_say_which_thresholds_are_counted_at_a_lower_boundary() -> None:
 
 # --- what both refuse ---------------------------------------------------------------------
 
-GOOD = {"name": "a", "sli": "ttft", "threshold": "1s", "target": "99%"}
 
-
-@pytest.mark.parametrize(
-    ("change", "key", "chart_says"),
-    [
-        ({"threshold": None}, "threshold", "missing property 'threshold'"),
-        ({"threshold": "5 s"}, "threshold", "threshold"),
-        ({"threshold": "0.5ms"}, "threshold", "below vLLM's smallest time_to_first_token"),
-        ({"sli": "errors"}, "threshold", ""),
-        ({"target": "100%"}, "target", "target"),
-        ({"target": 1.5}, "target", "target"),
-        ({"window": "4w"}, "window", "window"),
-        ({"window": "400d"}, "window", "window"),
-        ({"name": "Chat_TTFT"}, "name", "name"),
-        ({"sli": "itl"}, "sli", "sli"),
-        ({"model": 'qwen"'}, "model", "model"),
-        ({"namespace": "Team_A"}, "namespace", "namespace"),
-        ({"team": "x"}, "team", "team"),
-    ],
-)
+@pytest.mark.parametrize(("change", "key", "says"), REFUSED)
 def test_what_glassbox_rules_refuses_the_chart_refuses(
-    change: dict[str, object], key: str, chart_says: str
+    change: dict[str, object], key: str, says: str
 ) -> None:
-    objective = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
-    with pytest.raises(slo.SloError) as cli:
-        slo.parse({"objectives": [objective]}, "slo.yaml")
-    assert cli.value.problems[0].startswith(f"objectives[0].{key}: ")
+    """Each refusal of tests/glassbox/test_slo.py: the schema names the path
+    (/prometheusRule/slo/objectives/0…), the template the key and says what the command
+    says."""
     with pytest.raises(HelmError) as chart:
-        render({"prometheusRule": {"enabled": True, "slo": {"objectives": [objective]}}})
+        render({"prometheusRule": {"enabled": True, "slo": {"objectives": [changed(change)]}}})
     message = str(chart.value)
-    # The schema names the path (/prometheusRule/slo/objectives/0...), the template the key.
-    assert "/prometheusRule/slo/objectives/0" in message or (
-        f"prometheusRule.slo.objectives[0].{key}:" in message
-    ), message
-    assert chart_says in message
+    if f"prometheusRule.slo.objectives[0].{key}: " in message:  # the template's words
+        assert says in message, message
+    else:  # the schema's
+        assert "/prometheusRule/slo/objectives/0" in message, message
 
 
 def test_a_name_given_twice_and_falling_buckets_are_refused_by_both() -> None:

@@ -63,36 +63,38 @@ def test_targets_are_percentages_or_shares(value: object, share: float) -> None:
     assert slo.target_share(value) == pytest.approx(share)
 
 
-# A good latency objective; each case below changes it (None: leaves the key out).
+# A good latency objective; each refused change of it (None: leaves the key out), the key
+# named and what the message says. The chart refuses the same (tests/chart/test_slo.py).
 GOOD = {"name": "a", "sli": "ttft", "threshold": "1s", "target": "99%"}
+REFUSED: list[tuple[dict[str, object], str, str]] = [
+    ({"threshold": None}, "threshold", "required for a latency objective (ttft)"),
+    ({"threshold": "5 s"}, "threshold", "must be a duration such as 500ms"),
+    ({"threshold": 0}, "threshold", "must be more than 0 seconds"),
+    ({"threshold": "0.5ms"}, "threshold", "below vLLM's smallest time_to_first_token"),
+    ({"sli": "errors"}, "threshold", "an errors objective has no threshold"),
+    ({"target": "100%"}, "target", "must be above 0 and below 100 %"),
+    ({"target": 99}, "target", "must be above 0 and below 100 %"),
+    ({"target": "high"}, "target", "must be a share such as 99% or 0.99"),
+    ({"window": "4w"}, "window", "must be whole days such as 28d"),
+    ({"window": "400d"}, "window", "(at most 365d)"),
+    ({"name": "Chat_TTFT"}, "name", "lower case letters, digits and dashes"),
+    ({"name": None}, "name", "required"),
+    ({"sli": "itl"}, "sli", "one of ttft, tpot, e2e, errors"),
+    ({"model": 'qwen"'}, "model", "a served model name"),
+    ({"namespace": "Team_A"}, "namespace", "a Kubernetes namespace name"),
+    ({"team": "x"}, "team", "unknown key"),
+]
 
 
-@pytest.mark.parametrize(
-    ("change", "key", "message"),
-    [
-        ({"threshold": None}, "threshold", "required for a latency objective (ttft)"),
-        ({"threshold": "5 s"}, "threshold", "must be a duration such as 500ms"),
-        ({"threshold": 0}, "threshold", "must be more than 0 seconds"),
-        ({"threshold": "0.5ms"}, "threshold", "below vLLM's smallest time_to_first_token"),
-        ({"sli": "errors"}, "threshold", "an errors objective has no threshold"),
-        ({"target": "100%"}, "target", "must be above 0 and below 100 %"),
-        ({"target": 99}, "target", "must be above 0 and below 100 %"),
-        ({"target": "high"}, "target", "must be a share such as 99% or 0.99"),
-        ({"window": "4w"}, "window", "must be whole days such as 28d"),
-        ({"window": "400d"}, "window", "(at most 365d)"),
-        ({"name": "Chat_TTFT"}, "name", "lower case letters, digits and dashes"),
-        ({"name": None}, "name", "required"),
-        ({"sli": "itl"}, "sli", "one of ttft, tpot, e2e, errors"),
-        ({"model": 'qwen"'}, "model", "a served model name"),
-        ({"namespace": "Team_A"}, "namespace", "a Kubernetes namespace name"),
-        ({"team": "x"}, "team", "unknown key"),
-    ],
-)
+def changed(change: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in {**GOOD, **change}.items() if v is not None}
+
+
+@pytest.mark.parametrize(("change", "key", "message"), REFUSED)
 def test_each_problem_is_named_by_its_key(
     change: dict[str, object], key: str, message: str
 ) -> None:
-    objective = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
-    found = problems(yaml.safe_dump({"objectives": [objective]}))
+    found = problems(yaml.safe_dump({"objectives": [changed(change)]}))
     assert len(found) == 1, found
     assert found[0].startswith(f"objectives[0].{key}: "), found
     assert message in found[0], found
