@@ -25,9 +25,9 @@ from vllm_glassbox.lab.experiments.rate_sweep import (
 from vllm_glassbox.lab.experiments.rate_sweep.views import request_outcomes
 from vllm_glassbox.lab.plan import PlanError, parse_plan
 from vllm_glassbox.lab.report import write_outputs
-from vllm_glassbox.lab.results import LabResults, PhaseResult
 
 from tests.fixtures import FIXTURES
+from tests.lab_results import results_with
 
 LOCAL = {"local": {"args": ["--model", "m"]}}
 # TTFT 300 ms is no boundary of vLLM's: counted at 250 ms, as the rules count it.
@@ -157,9 +157,7 @@ def test_the_knee_within_the_slos_and_the_report_follow_the_slo_file(tmp_path: P
         None, "Poisson", 1.0, 32, 200, None, {}, 0.9, steps, (), knee, forecast([]),
         slo_file="slo.yaml",
     )  # fmt: skip
-    results = LabResults("sweep", "local", 0.0, 1.0, "ok")
-    results.phases.append(PhaseResult("sweep", "rate-sweep", "ok", 0.0, 1.0, result))
-    write_outputs(results, tmp_path)
+    write_outputs(results_with(result, kind="rate-sweep"), tmp_path)
     report = (tmp_path / "report.md").read_text()
     assert "goodput SLOs: the objectives of slo.yaml (below)" in report
     assert "Within the SLOs (every objective of slo.yaml at its target): up to 0.5 req/s." in report
