@@ -31,7 +31,9 @@ def _counted(stack: RealStack, at: float) -> tuple[float, float]:
     `at`."""
 
     def one(selector: str) -> float:
-        (series,) = stack.query(selector, at=at)
+        # The last sample before `at` (a scrape that timed out under the flood leaves a
+        # staleness marker, which an instant query would take for no series at all).
+        (series,) = stack.query(f"last_over_time({selector}[30s])", at=at)
         return float(series["value"][1])
 
     return (
