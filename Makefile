@@ -13,10 +13,12 @@ help:
 	@echo "make test       unit tests: no vLLM, no docker, no Prometheus, nothing slow (about 2 min)"
 	@echo "make test-e2e   every test, end-to-end ones on real vLLM and Prometheus included"
 
-# Dashboards from their Python sources, then the chart's and the mixin's copies of them and
-# of the rules, then docs/exporter.md's table of windowed series (from exporter/series.py).
+# Dashboards from their Python sources, the example SLO file's rules, then the chart's and
+# the mixin's copies of dashboards and rules, then docs/exporter.md's table of windowed
+# series (from exporter/series.py).
 generate:
 	.venv/bin/glassbox dashboards generate
+	.venv/bin/glassbox rules --slo alerts/slo/example.yaml --out alerts/slo/ 2>/dev/null
 	$(PY) scripts/sync-chart-files.py
 	$(PY) scripts/sync-mixin.py
 	$(PYTEST) -q tests/exporter/test_cli.py -k docs_table --update-golden

@@ -38,6 +38,7 @@ printed with the numbers, and every number is given with its spread.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -52,6 +53,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from vllm_glassbox import rules, slo  # noqa: E402
 from vllm_glassbox.dashboards import catalog  # noqa: E402
 from vllm_glassbox.dashboards.grafana import (  # noqa: E402
     panels_of,
@@ -116,6 +118,11 @@ class Result:
     missed: dict[str, float] = field(default_factory=dict)
     # Dashboard queries the server refused, with its message.
     query_errors: dict[str, str] = field(default_factory=dict)
+    # With --slo: its rules, the objective series they record, and what summing samples
+    # over time costs this Prometheus (seconds per sample, a probe on the raw series).
+    slo_rules: tuple[int, int, int] = (0, 0, 0)  # records, alerts, groups
+    slo_series: int = 0
+    seconds_per_sample: float = 0.0
 
 
 def own_metrics(url: str) -> dict[str, list[tuple[str, float]]]:
@@ -195,6 +202,20 @@ def time_dashboard_queries(
 SCRAPE_SECONDS = 15.0
 
 
+def slo_rule_files(args: argparse.Namespace, work: Path, result: Result) -> list[str]:
+    """The SLO file's rules (glassbox rules --slo), written into the work folder."""
+    if not args.slo:
+        return []
+    objectives = slo.read_slo_file(args.slo)
+    path = work / "slo.rules.yaml"
+    path.write_text(rules.slo_rule_file_text(objectives, args.slo.name, []))
+    groups = slo.rule_groups(objectives)
+    all_rules = [r for g in groups for r in g["rules"]]
+    records = sum(1 for r in all_rules if "record" in r)
+    result.slo_rules = (records, len(all_rules) - records, len(groups))
+    return [str(path)]
+
+
 def measure(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Result:
     result = Result(pods, engines)
     plan = plan_pods(pods, namespaces=max(2, pods // 10), models=4)
@@ -207,7 +228,7 @@ def measure(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Re
                 "scrape_timeout": "10s",
                 "evaluation_interval": args.evaluation_interval,
             },
-            "rule_files": RULE_FILES,
+            "rule_files": RULE_FILES + slo_rule_files(args, work, result),
             "scrape_configs": serving.scrape_configs(scrape, "10s"),
         }
         with (
@@ -236,6 +257,8 @@ def measure(args: argparse.Namespace, pods: int, engines: int, work: Path) -> Re
             )
             result.prometheus_cores = prometheus_cpu / spent
             count_series(client, result, pods)
+            if args.slo:
+                probe_sum_over_time(client, result)
             time_dashboard_queries(client, http, result, first, args.repeats)
             result.load = (result.load[0], os.getloadavg()[0])
     return result
@@ -392,6 +415,53 @@ def count_series(
     result.recorded_series = count('{__name__=~".+:.+:.+"}')  # level:metric:operations
 
 
+# Histograms of vLLM's page whose buckets the probe below sums over time.
+PROBED = (
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:e2e_request_latency_seconds_bucket",
+    "vllm:inter_token_latency_seconds_bucket",
+    "vllm:request_time_per_output_token_seconds_bucket",
+    "vllm:request_queue_time_seconds_bucket",
+)
+
+
+def probe_sum_over_time(client: Prometheus, result: Result) -> None:
+    """What one more sample costs a sum over time here: the SLO rules' long windows are sums
+    over time of their records, full only after days, so their steady cost is about their
+    cost now plus their samples then × this. The probe sums the bucket series of a few vLLM
+    histograms over 1 and over 7 minutes (samples counted by count_over_time), 3 times
+    each: the difference in time over the difference in samples (what each series costs
+    whatever its length cancels out)."""
+    samples, seconds = {}, {}
+    for window in ("1m", "7m"):
+        samples[window] = 0.0
+        for name in PROBED:
+            answer = client.query(f'sum(count_over_time({name}{{job="vllm"}}[{window}]))')
+            samples[window] += float(answer[0]["value"][1]) if answer else 0.0
+        times = []
+        for _ in range(3):
+            began = time.perf_counter()
+            for name in PROBED:
+                client.query(f'count(sum_over_time({name}{{job="vllm"}}[{window}]))')
+            times.append(time.perf_counter() - began)
+        seconds[window] = statistics.median(times)
+    more = samples["7m"] - samples["1m"]
+    result.seconds_per_sample = (seconds["7m"] - seconds["1m"]) / more if more else math.nan
+    answer = client.query("count(namespace_job_model_name_slo:glassbox_slo_requests:rate5m)")
+    result.slo_series = int(float(answer[0]["value"][1])) if answer else 0
+
+
+# Samples each objective series' windows read once full: the objectives' group at the
+# global interval (the 30m to 6h windows over the 5-minute records), the budget group
+# every 5 minutes (the hourly means over 1 h, then 1 d, 3 d and the period over them).
+def slo_steady_samples(interval_seconds: float, period_days: int = 28) -> tuple[float, float]:
+    per_group_a = 2 * sum(w / interval_seconds + 1 for w in (1800, 3600, 7200, 21600))
+    per_group_b = 2 * (3600 / interval_seconds + 1) + 2 * sum(
+        w / 300 + 1 for w in (86400, 3 * 86400, period_days * 86400)
+    )
+    return per_group_a, per_group_b
+
+
 def report(r: Result) -> None:
     print(
         f"\n## {r.pods} pods × {r.engines} engine(s), {r.ruler}   (load average "
@@ -442,6 +512,22 @@ def report(r: Result) -> None:
         print(f"  {spread.ms():<28} {where}")
     over = [w for w, s in timed.items() if s.max >= 2.0]
     print(f"queries at or over 2 s (max of repeats): {len(over)}")
+    if r.slo_rules[2]:
+        records, alerts, groups = r.slo_rules
+        print(
+            f"SLO rules: {records} records and {alerts} alerts in {groups} groups; "
+            f"{r.slo_series} objective series (objectives × namespace, job and model)"
+        )
+        interval = r.group_interval.get(next(g for g in r.group_interval if ".slo." in g), 30.0)
+        a, b = slo_steady_samples(interval)
+        cost = r.seconds_per_sample
+        print(
+            f"  sum_over_time here: {cost * 1e9:.1f} ns a further sample; once the windows "
+            f"are full (days), per evaluation, on top of their cost now: the objectives' "
+            f"groups {a * r.slo_series:,.0f} samples (~{a * r.slo_series * cost:.2f} s, all "
+            f"four groups, of {interval:g} s), the budget groups {b * r.slo_series:,.0f} "
+            f"(~{b * r.slo_series * cost:.2f} s of 300 s)"
+        )
 
 
 def main(argv: list[str]) -> int:
@@ -459,6 +545,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--ruler", default="prometheus", help="prometheus, vmalert or both: prometheus,vmalert"
+    )
+    parser.add_argument(
+        "--slo", type=Path, help="an SLO file: its rules (glassbox rules --slo) loaded too"
     )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.pods.split(",")]

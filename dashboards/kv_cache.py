@@ -14,7 +14,6 @@ from vllm_glassbox.dashboards.common import (
     ENGINE_LEGEND,
     FLEET_LEGEND,
     NUMBER,
-    PER_SECOND,
     RATIO,
     SECONDS,
     STATE_MAPPINGS,
@@ -29,9 +28,7 @@ from vllm_glassbox.dashboards.common import dashboard as _dashboard
 from vllm_glassbox.dashboards.exporter_help import help_of
 from vllm_glassbox.dashboards.panels import (
     KV_THRESHOLDS,
-    YOUNG,
     fleet_q,
-    per_engine_and_fleet,
 )
 from vllm_glassbox.exporter.derive import KV_POOL_FULL
 
@@ -126,40 +123,6 @@ def cache_config() -> Panel:
             "gpu_memory_utilization",
             "enable_prefix_caching",
         ],
-    )
-
-
-def running_waiting() -> Panel:
-    return timeseries(
-        "Requests running and waiting",
-        "vllm:num_requests_running and vllm:num_requests_waiting per engine, and the "
-        "fleet sums (recording rules "
-        "namespace_job_model_name:vllm_num_requests_{running,waiting}:sum). "
-        "From vLLM v0.20 vllm:num_requests_waiting_by_reason says why they wait "
-        "(capacity: no KV room; deferred: LoRA budget, KV transfer).",
-        [
-            Q(q.RUNNING, "running " + ENGINE_LEGEND),
-            Q(q.WAITING, "waiting " + ENGINE_LEGEND),
-            fleet_q(q.RUNNING_FLEET, "running " + FLEET_LEGEND),
-            fleet_q(q.WAITING_FLEET, "waiting " + FLEET_LEGEND),
-            Q(q.WAITING_BY_REASON, "waiting for {{reason}} {{model_name}}"),
-        ],
-        NUMBER,
-    )
-
-
-def preemptions() -> Panel:
-    return timeseries(
-        "Preemptions per second",
-        "A preempted request loses its KV blocks and is prefilled again later. "
-        "A single one is not a storm; a run of them while requests wait is.\n\n"
-        + per_engine_and_fleet(
-            "glassbox_preemptions_per_second",
-            "namespace_job_model_name:vllm_num_preemptions:rate5m",
-        )
-        + YOUNG,
-        [Q(q.PREEMPTIONS, ENGINE_LEGEND), fleet_q(q.PREEMPTIONS_FLEET, FLEET_LEGEND)],
-        PER_SECOND,
     )
 
 
@@ -268,8 +231,8 @@ dashboard = _dashboard(
             "Forecast",
             [(kv_headroom_at_completion(), 12), (request_size_at_completion(), 12)],
         ),
-        Row("Usage and queue", [(kv_usage(), 12), (running_waiting(), 12)]),
-        Row("Preemptions", [(preemptions(), 12), (preemption_storm(), 12)]),
+        Row("Usage and queue", [(kv_usage(), 12), (p.running_waiting(), 12)]),
+        Row("Preemptions", [(p.preemptions(), 12), (preemption_storm(), 12)]),
         Row("Configuration", [(cache_config(), 24)], height=5),
     ],
 )

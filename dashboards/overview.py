@@ -9,6 +9,7 @@ from __future__ import annotations
 from grafanalib.core import Panel
 from vllm_glassbox.dashboards import panels as p
 from vllm_glassbox.dashboards import queries as q
+from vllm_glassbox.dashboards import slo
 from vllm_glassbox.dashboards.common import (
     BYTES_PER_SECOND,
     ENGINE_LEGEND,
@@ -26,44 +27,13 @@ from vllm_glassbox.dashboards.common import (
     timeseries,
 )
 from vllm_glassbox.dashboards.common import dashboard as _dashboard
-from vllm_glassbox.dashboards.exporter_help import fleet, help_of, per_engine
-from vllm_glassbox.dashboards.panels import ANY_PREEMPTION, KV_THRESHOLDS, NO_DECODE, fleet_q
+from vllm_glassbox.dashboards.exporter_help import help_of, per_engine
+from vllm_glassbox.dashboards.panels import KV_THRESHOLDS, fleet_q
 
 _NO_START_LINES = (
     " Empty without vLLM's log (--vllm-log), or while the log shows no whole start (its "
     "first line and the line that says the server is up: docs/exporter.md lists them)."
 )
-
-
-def preemption_storm_stat() -> Panel:
-    return stat(
-        "Preemption storm",
-        "VLLMPreemptionStorm from Prometheus' ALERTS series: inactive, pending or firing.",
-        [Q(q.PREEMPTION_STORM, "VLLMPreemptionStorm")],
-        NUMBER,
-        mappings=STATE_MAPPINGS,
-        thresholds=[("green", None), ("orange", 1), ("red", 2)],
-    )
-
-
-def preemptions_stat() -> Panel:
-    return stat(
-        "Preemptions / s",
-        "Recording rule namespace_job_model_name:vllm_num_preemptions:rate5m: "
-        "rate of vllm:num_preemptions_total over 5 minutes, summed over engines.",
-        [fleet_q(q.PREEMPTIONS_FLEET, "{{model_name}}")],
-        PER_SECOND,
-        thresholds=ANY_PREEMPTION,
-    )
-
-
-def waiting_stat() -> Panel:
-    return stat(
-        "Waiting requests",
-        "Recording rule namespace_job_model_name:vllm_num_requests_waiting:sum.",
-        [fleet_q(q.WAITING_FLEET, "{{model_name}}")],
-        NUMBER,
-    )
 
 
 def startup_stages() -> Panel:
@@ -131,15 +101,6 @@ def startup_slow_stat() -> Panel:
         NUMBER,
         mappings=STATE_MAPPINGS,
         thresholds=[("green", None), ("orange", 1), ("red", 2)],
-    )
-
-
-def tpot_stat() -> Panel:
-    return stat(
-        "TPOT",
-        fleet("namespace_job_model_name:vllm_time_per_output_token_seconds:rate5m") + NO_DECODE,
-        [fleet_q(q.TPOT_FLEET, "{{model_name}}")],
-        SECONDS,
     )
 
 
@@ -262,29 +223,30 @@ def exporter_errors() -> Panel:
 dashboard = _dashboard(
     uid="glassbox-overview",
     title="vLLM glassbox / Overview",
-    description="Lab phases, the fleet at a glance, decode efficiency, cold starts by "
-    "stage and vLLM's raw context (running, waiting, KV usage, preemptions, throughput, "
-    "TTFT).",
+    description="Lab phases, the fleet at a glance, its service-level objectives, decode "
+    "efficiency, cold starts by stage and vLLM's raw context (running, waiting, KV usage, "
+    "preemptions, throughput, TTFT).",
     rows=[
         Row("Lab phases", [(p.lab_phase(), 24)], height=4),
         Row(
             "At a glance (fleet, 5 m)",
             [
-                (tpot_stat(), 4),
+                (p.tpot_stat(), 4),
                 (p.tokens_per_forward_pass_stat(), 4),
                 (generation_stat(), 4),
                 (p.kv_usage_stat(), 4),
-                (waiting_stat(), 4),
-                (preemptions_stat(), 4),
+                (p.waiting_stat(), 4),
+                (p.preemptions_stat(), 4),
                 (p.acceptance_stat(), 4),
                 (p.draft_coverage_stat(), 4),
-                (preemption_storm_stat(), 4),
+                (p.preemption_storm_stat(), 4),
                 (p.weights_bytes(), 4),
                 (target_up_stat(), 4),
                 (restarts_stat(), 4),
             ],
             height=4,
         ),
+        Row("Service-level objectives (SLO rules)", slo.overview_panels(), height=4),
         Row("Decode", [(p.tpot(), 12), (p.tokens_per_forward_pass(), 12)]),
         Row(
             "Cold start (from vLLM's log)",

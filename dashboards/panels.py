@@ -17,8 +17,10 @@ from vllm_glassbox.dashboards.common import (
     ENGINE_LEGEND,
     FLEET_LEGEND,
     NUMBER,
+    PER_SECOND,
     RATIO,
     SECONDS,
+    STATE_MAPPINGS,
     Q,
     stat,
     timeseries,
@@ -161,4 +163,78 @@ def tokens_per_forward_pass_stat() -> Panel:
         fleet("namespace_job_model_name:vllm_tokens_per_forward_pass:rate5m") + NO_DECODE,
         [fleet_q(q.TOKENS_PER_FORWARD_PASS_FLEET, "{{model_name}}")],
         NUMBER,
+    )
+
+
+def preemption_storm_stat() -> Panel:
+    return stat(
+        "Preemption storm",
+        "VLLMPreemptionStorm from Prometheus' ALERTS series: inactive, pending or firing.",
+        [Q(q.PREEMPTION_STORM, "VLLMPreemptionStorm")],
+        NUMBER,
+        mappings=STATE_MAPPINGS,
+        thresholds=[("green", None), ("orange", 1), ("red", 2)],
+    )
+
+
+def preemptions_stat() -> Panel:
+    return stat(
+        "Preemptions / s",
+        "Recording rule namespace_job_model_name:vllm_num_preemptions:rate5m: "
+        "rate of vllm:num_preemptions_total over 5 minutes, summed over engines.",
+        [fleet_q(q.PREEMPTIONS_FLEET, "{{model_name}}")],
+        PER_SECOND,
+        thresholds=ANY_PREEMPTION,
+    )
+
+
+def waiting_stat() -> Panel:
+    return stat(
+        "Waiting requests",
+        "Recording rule namespace_job_model_name:vllm_num_requests_waiting:sum.",
+        [fleet_q(q.WAITING_FLEET, "{{model_name}}")],
+        NUMBER,
+    )
+
+
+def tpot_stat() -> Panel:
+    return stat(
+        "TPOT",
+        fleet("namespace_job_model_name:vllm_time_per_output_token_seconds:rate5m") + NO_DECODE,
+        [fleet_q(q.TPOT_FLEET, "{{model_name}}")],
+        SECONDS,
+    )
+
+
+def running_waiting() -> Panel:
+    return timeseries(
+        "Requests running and waiting",
+        "vllm:num_requests_running and vllm:num_requests_waiting per engine, and the "
+        "fleet sums (recording rules "
+        "namespace_job_model_name:vllm_num_requests_{running,waiting}:sum). "
+        "From vLLM v0.20 vllm:num_requests_waiting_by_reason says why they wait "
+        "(capacity: no KV room; deferred: LoRA budget, KV transfer).",
+        [
+            Q(q.RUNNING, "running " + ENGINE_LEGEND),
+            Q(q.WAITING, "waiting " + ENGINE_LEGEND),
+            fleet_q(q.RUNNING_FLEET, "running " + FLEET_LEGEND),
+            fleet_q(q.WAITING_FLEET, "waiting " + FLEET_LEGEND),
+            Q(q.WAITING_BY_REASON, "waiting for {{reason}} {{model_name}}"),
+        ],
+        NUMBER,
+    )
+
+
+def preemptions() -> Panel:
+    return timeseries(
+        "Preemptions per second",
+        "A preempted request loses its KV blocks and is prefilled again later. "
+        "A single one is not a storm; a run of them while requests wait is.\n\n"
+        + per_engine_and_fleet(
+            "glassbox_preemptions_per_second",
+            "namespace_job_model_name:vllm_num_preemptions:rate5m",
+        )
+        + YOUNG,
+        [Q(q.PREEMPTIONS, ENGINE_LEGEND), fleet_q(q.PREEMPTIONS_FLEET, FLEET_LEGEND)],
+        PER_SECOND,
     )

@@ -20,7 +20,10 @@ _PARTS: dict[str, tuple[str, str]] = {
     ),
     "dashboards": ("vllm_glassbox.dashboards.cli", "Generate dashboards; snapshot them as PNG."),
     "probe": ("vllm_glassbox.probe", "Check that exporters are up and read their vLLM."),
-    "rules": ("vllm_glassbox.rules", "Write the rule files with more aggregation labels."),
+    "rules": (
+        "vllm_glassbox.rules",
+        "Write the rule files with more aggregation labels, or an SLO file's rules.",
+    ),
     "explain": (
         "vllm_glassbox.explain.cli",
         "Say what vLLM is doing, in words, with the numbers and what would change it.",

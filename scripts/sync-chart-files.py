@@ -4,8 +4,10 @@
     scripts/sync-chart-files.py           write helm/vllm-glassbox/files/ from the sources
     scripts/sync-chart-files.py --check   write nothing; exit 1 naming each file that drifted
 
-Sources, the only place to edit: alerts/glassbox-rules.yaml, alerts/glassbox-alerts.yaml
-and dashboards/generated/*.json (themselves generated: `glassbox dashboards generate`).
+Sources, the only place to edit: alerts/glassbox-rules.yaml, alerts/glassbox-alerts.yaml,
+glassbox/slo_rules.yaml (the SLO rules' template, which the chart's template fills as
+`glassbox rules --slo` does) and dashboards/generated/*.json (themselves generated:
+`glassbox dashboards generate`).
 The YAML copies get a "generated, do not edit" header; the dashboards are copied byte
 for byte (JSON has no comments: files/GENERATED.md says where they come from), and the
 chart emits them unchanged.
@@ -21,6 +23,7 @@ import copies  # scripts/copies.py, beside this script
 REPO = Path(__file__).resolve().parent.parent
 CHART_FILES = Path("helm/vllm-glassbox/files")
 RULES = ("alerts/glassbox-rules.yaml", "alerts/glassbox-alerts.yaml")
+SLO_TEMPLATE = "glassbox/slo_rules.yaml"
 DASHBOARDS = Path("dashboards/generated")
 
 HEADER = (
@@ -47,6 +50,9 @@ def expected(repo: Path) -> dict[Path, bytes]:
         name = Path("rules") / Path(source).name
         files[name] = HEADER.format(source=source).encode() + (repo / source).read_bytes()
         rows.append(f"| `{name}` | `{source}` |")
+    name = Path("slo") / Path(SLO_TEMPLATE).name
+    files[name] = HEADER.format(source=SLO_TEMPLATE).encode() + (repo / SLO_TEMPLATE).read_bytes()
+    rows.append(f"| `{name}` | `{SLO_TEMPLATE}` |")
     for path in sorted((repo / DASHBOARDS).glob("*.json")):
         name = Path("dashboards") / path.name
         files[name] = path.read_bytes()

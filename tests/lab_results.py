@@ -106,11 +106,11 @@ def spec_run(label: str, extra: dict[str, Any], base: bool, spec: bool, st: Requ
     return (label, extra, base, spec, st, spread([st.tpot_seconds]))
 
 
-def results_with(*bodies: Any) -> LabResults:
-    """A finished run with one phase a body."""
+def results_with(*bodies: Any, kind: str = "quantization") -> LabResults:
+    """A finished run with one phase of `kind` a body."""
     results = LabResults("gpu", "local", 1_764_400_000.0, version="0.1.0")
     results.phases = [
-        PhaseResult(f"p{i}", "quantization", "ok", 1_764_400_000.0, 1_764_400_100.0, body)
+        PhaseResult(f"p{i}", kind, "ok", 1_764_400_000.0, 1_764_400_100.0, body)
         for i, body in enumerate(bodies)
     ]
     results.status, results.ended_at = "ok", 1_764_400_100.0

@@ -19,9 +19,11 @@ workload is fixed and runs before any test looks at the data:
                  and keeps what each poll published (`RealStack.fine_polls`).
 
 Prometheus scrapes vLLM and the exporter every second and evaluates every rule file in
-alerts/ every second. The exporter runs as its own process (the `glassbox exporter`
-command, as the sidecar does): in the test process it shared the interpreter with the
-flood's client threads, and on a loaded machine Prometheus' scrapes of it timed out.
+alerts/ every second, and the rules of STACK_SLO (an SLO file's objectives for the stack's
+model; its budget groups too every second). The exporter runs as its own process (the
+`glassbox exporter` command, as the sidecar does): in the test process it shared the
+interpreter with the flood's client threads, and on a loaded machine Prometheus' scrapes
+of it timed out.
 `vllm_server`, `start_exporter` and `start_prometheus` are also what the chaos tests
 kill and restart (tests/e2e/test_chaos.py).
 """
@@ -43,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
+from vllm_glassbox import slo
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.exporter.snapshot import read_snapshot
@@ -50,6 +54,7 @@ from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess, scr
 from vllm_glassbox.lab.backends.server_process import ChildProcess, ServerProcess, free_port
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 from vllm_glassbox.prometheus import Prometheus, PrometheusError
+from vllm_glassbox.rules import slo_rule_file_text
 from vllm_glassbox.ticker import ticks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,6 +76,33 @@ FLOOD_MAX_TOKENS = 600
 # random model's ngram drafts are rejected, so each request grows one token per step.
 FILL_REQUESTS = 4
 FILL_MAX_TOKENS = 2000
+# Objectives for the stack's model. A flood request generates 600 tokens while sharing
+# the engine with 15 others: 2 to 12 s end to end on this machine, most past stack-e2e's
+# 2.5 s (14 and 16 of 16 in two runs); a spec request of 128 tokens alone takes half a
+# second, the first one, which compiles the ngram proposer, one to two and a half.
+# stack-tpot-custom names a bucket the stack's vLLM does not have (its default buckets
+# have no 0.06).
+STACK_SLO = {
+    "buckets": {"inter_token_latency": [0.03, 0.06]},
+    "objectives": [
+        {"name": "stack-e2e", "model": "tiny", "sli": "e2e", "threshold": "2.5s", "target": "99%"},
+        {
+            "name": "stack-ttft",
+            "model": "tiny",
+            "sli": "ttft",
+            "threshold": "2.5s",
+            "target": "99%",
+        },
+        {"name": "stack-errors", "model": "tiny", "sli": "errors", "target": "99.9%"},
+        {
+            "name": "stack-tpot-custom",
+            "model": "tiny",
+            "sli": "tpot",
+            "threshold": "60ms",
+            "target": "99%",
+        },
+    ],
+}
 FINE_POLL_SECONDS = 0.25
 # What the fine-grained exporter keeps of each poll (the per-engine series).
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
@@ -199,11 +231,25 @@ def start_exporter(vllm: ServerProcess, model_dir: Path, port: int, workdir: Pat
     return exporter
 
 
-def start_prometheus(workdir: Path, targets: dict[str, str], port: int) -> PrometheusProcess:
-    """Prometheus scraping `targets` (job -> host:port) and evaluating alerts/*.yaml every
-    second, its TSDB in workdir (kept across a restart); ready when it says so."""
-    rule_files = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml"))
+def start_prometheus(
+    workdir: Path, targets: dict[str, str], port: int, more_rule_files: tuple[str, ...] = ()
+) -> PrometheusProcess:
+    """Prometheus scraping `targets` (job -> host:port) and evaluating alerts/*.yaml (and
+    `more_rule_files`) every second, its TSDB in workdir (kept across a restart); ready when
+    it says so."""
+    rule_files = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml")) + list(more_rule_files)
     return PrometheusProcess(workdir, scrape_config(targets, rule_files=rule_files), port).start()
+
+
+def write_slo_rules(workdir: Path) -> str:
+    """STACK_SLO's rules as `glassbox rules --slo` writes them, every group at the stack's
+    one-second interval (a budget group's 5 minutes would outlast the run)."""
+    document = yaml.safe_load(slo_rule_file_text(slo.parse(STACK_SLO, "stack"), "stack", []))
+    for group in document["groups"]:
+        group.pop("interval", None)
+    path = workdir / "stack-slo.rules.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
+    return str(path)
 
 
 def wait_scraped(prometheus_url: str, jobs: set[str], after: float | None = None) -> None:
@@ -314,7 +360,7 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
                 "vllm": vllm.url.removeprefix("http://"),
                 "glassbox": f"127.0.0.1:{exporter_port}",
             }
-            prometheus = start_prometheus(workdir, targets, prom_port)
+            prometheus = start_prometheus(workdir, targets, prom_port, (write_slo_rules(workdir),))
             stack = RealStack(
                 vllm,
                 f"http://127.0.0.1:{exporter_port}",

@@ -12,6 +12,7 @@
     'glassbox-fleet.json': import 'dashboards/glassbox-fleet.json',
     'glassbox-kv-cache.json': import 'dashboards/glassbox-kv-cache.json',
     'glassbox-overview.json': import 'dashboards/glassbox-overview.json',
+    'glassbox-slo.json': import 'dashboards/glassbox-slo.json',
     'glassbox-spec-decode.json': import 'dashboards/glassbox-spec-decode.json',
   },
 }

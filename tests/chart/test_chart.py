@@ -320,7 +320,7 @@ def test_chart_files_match_their_sources() -> None:
 
 
 def test_a_drifted_chart_file_is_named(tmp_path: Path) -> None:
-    for folder in ("alerts", "dashboards/generated", "helm/vllm-glassbox/files"):
+    for folder in ("alerts", "dashboards/generated", "glassbox", "helm/vllm-glassbox/files"):
         (tmp_path / folder).parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cp", "-r", str(REPO / folder), str(tmp_path / folder)], check=True)
     with open(tmp_path / "alerts/glassbox-alerts.yaml", "a") as f:

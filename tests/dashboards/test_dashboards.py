@@ -277,7 +277,9 @@ def _lab_series() -> set[str]:
 
 
 def _rule_files() -> list[dict[str, Any]]:
-    return [yaml.safe_load(p.read_text()) for p in sorted((REPO / "alerts").glob("*.yaml"))]
+    """alerts/*.yaml, and the SLO rules an SLO file renders (the example's)."""
+    paths = [*sorted((REPO / "alerts").glob("*.yaml")), REPO / "alerts/slo/example.rules.yaml"]
+    return [yaml.safe_load(p.read_text()) for p in paths]
 
 
 def _rules(key: str) -> set[str]:
@@ -318,6 +320,7 @@ def test_uids_are_fixed_unique_and_name_the_files() -> None:
         "glassbox-kv-cache",
         "glassbox-spec-decode",
         "glassbox-fleet",
+        "glassbox-slo",
     ]
     assert all(len(uid) <= 40 for uid in uids)  # Grafana's limit
     assert sorted(p.stem for p in catalog.GENERATED_DIR.glob("*.json")) == sorted(uids)

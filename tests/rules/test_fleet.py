@@ -2,7 +2,9 @@
 same jobs: vLLM's pages and the exporter's (tests/fleet.py, built from the real captures),
 in namespaces team-0 and team-1, both pods under pressure (a full pool, requests waiting,
 preemptions, decoding far below the peak bandwidth). Each record keeps the teams apart;
-each alert names its namespace, in its labels and its description.
+each alert names its namespace, in its labels and its description. The SLO rules of
+FLEET_SLO too: an objective of every namespace per namespace, one of team-0 only for
+team-0 only.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
+from vllm_glassbox import slo
 from vllm_glassbox.dashboards import queries as q
 from vllm_glassbox.dashboards.grafana import TimeRange, substitute
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
+from vllm_glassbox.rules import slo_rule_file_text
 
 from tests.fleet import Fleet, plan_pods, serve
 from tests.realstack import prometheus_query, wait_until
@@ -28,6 +32,14 @@ TEAMS = {"team-0", "team-1"}
 NO_DATA_YET = {"namespace_model_name:glassbox_startup_seconds_previous:max7d"}
 # The conditions hold from the first scrapes; `for:` keeps them pending meanwhile.
 PENDING = {"VLLMPreemptionStorm", "VLLMKVCacheSaturated", "VLLMDecodeBandwidthLow"}
+# Both teams serve model-0: one objective for each namespace, one for team-0's only.
+FLEET_SLO = {
+    "objectives": [
+        {"name": "every-e2e", "sli": "e2e", "threshold": "60s", "target": "95%"},
+        {"name": "team-0-ttft", "namespace": "team-0", "sli": "ttft", "threshold": "250ms",
+         "target": "99%"},
+    ]
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +47,14 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pods = plan_pods(2, namespaces=2, models=1, pressure_every=1)
     assert {p.namespace for p in pods} == TEAMS and len({p.model for p in pods}) == 1
     with serve(Fleet(pods)) as serving:
+        work = tmp_path_factory.mktemp("prometheus")
+        slo_rules = work / "fleet-slo.rules.yaml"
+        slo_rules.write_text(slo_rule_file_text(slo.parse(FLEET_SLO, "fleet"), "fleet", []))
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(p) for p in RULE_FILES],
+            "rule_files": [str(p) for p in RULE_FILES] + [str(slo_rules)],
             "scrape_configs": serving.scrape_configs("1s", "900ms"),
         }
-        work = tmp_path_factory.mktemp("prometheus")
         with PrometheusProcess(work, config) as process:
             yield process.url
 
@@ -132,3 +146,60 @@ def test_fleet_dashboard_counts_one_server_under_pressure_in_each_namespace(
         }
 
     wait_until(lambda: counted() == {"team-0": 1.0, "team-1": 1.0}, f"{sent} per namespace")
+
+
+def _by_namespace(url: str, expr: str) -> dict[str, float]:
+    return {r["metric"]["namespace"]: float(r["value"][1]) for r in prometheus_query(url, expr)}
+
+
+def _by_namespace_at(url: str, expr: str, at: float) -> dict[str, float]:
+    result = prometheus_query(url, expr, at)
+    return {r["metric"]["namespace"]: float(r["value"][1]) for r in result}
+
+
+def test_an_objective_of_every_namespace_counts_each_teams_own_requests(prometheus: str) -> None:
+    """every-e2e: one series per namespace, each equal to its own vLLM's raw series (the two
+    pods' loads differ, 1.74 and 1.59 of the captured pace: tests/fleet.py)."""
+    record = 'namespace_job_model_name_slo:glassbox_slo_requests:rate5m{slo="every-e2e"}'
+    wait_until(lambda: set(_by_namespace(prometheus, record)) == TEAMS, "every-e2e per team")
+    raw = "sum by (namespace) (rate(vllm:e2e_request_latency_seconds_count[5m]))"
+    for team in sorted(TEAMS):
+        # The record and vLLM's raw series at the record's own evaluation time.
+        (when,) = prometheus_query(prometheus, f'timestamp({record[:-1]}, namespace="{team}"}})')
+        at = float(when["value"][1])
+        recorded = _by_namespace_at(prometheus, record, at)[team]
+        assert recorded == pytest.approx(_by_namespace_at(prometheus, raw, at)[team], rel=0.02)
+    now = _by_namespace(prometheus, record)
+    loads = {p.namespace: p.load for p in plan_pods(2, namespaces=2, models=1, pressure_every=1)}
+    assert now["team-0"] / now["team-1"] == pytest.approx(
+        loads["team-0"] / loads["team-1"], rel=0.03
+    )
+
+
+def test_each_team_missing_an_objective_of_every_namespace_is_paged_on_its_own(
+    prometheus: str,
+) -> None:
+    """The captured busy page's requests took over a minute end to end: every-e2e burns in
+    both namespaces, one page each, naming its namespace."""
+
+    def paged() -> list[dict[str, Any]]:
+        return [
+            a
+            for a in _active_alerts(prometheus)
+            if a["labels"]["alertname"] == "VLLMSLOFastBurn" and a["state"] == "firing"
+        ]
+
+    wait_until(lambda: {a["labels"]["namespace"] for a in paged()} == TEAMS, "a page per team")
+    for alert in paged():
+        assert alert["labels"]["slo"] == "every-e2e"
+        assert f"namespace {alert['labels']['namespace']})" in alert["annotations"]["description"]
+
+
+def test_an_objective_of_one_namespace_never_counts_another_teams_model(prometheus: str) -> None:
+    record = 'namespace_job_model_name_slo:glassbox_slo_requests:rate5m{slo="team-0-ttft"}'
+    wait_until(lambda: bool(_by_namespace(prometheus, record)), "team-0-ttft recorded")
+    for name in ("requests:rate5m", "error_ratio:rate5m", "error_ratio:rate1h", "target:ratio"):
+        series = prometheus_query(
+            prometheus, f'namespace_job_model_name_slo:glassbox_slo_{name}{{slo="team-0-ttft"}}'
+        )
+        assert {s["metric"]["namespace"] for s in series} == {"team-0"}, name

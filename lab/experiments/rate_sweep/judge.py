@@ -206,13 +206,31 @@ def limit_of(
     return FIRST_STEP if step.index == first.index else UNEXPLAINED
 
 
+def step_goodput(step: SweepStep) -> tuple[float | None, float | None]:
+    """Requests per second within the SLOs, and their share of the requests: by the SLO
+    file when one judged the step, else the benchmark's goodput."""
+    if step.slo is not None:
+        return step.slo.per_second, derive.ratio(step.slo.good_requests, step.slo.requests)
+    if step.client is None:
+        return None, None
+    return step.client.request_goodput, slo_share(step.client)
+
+
+def within_slos(step: SweepStep, keep_up: float) -> bool | None:
+    """Whether a step kept its requests within the SLOs: with an SLO file, every objective
+    at its target (glassbox/slo.py); else the benchmark's goodput share at `keep_up`."""
+    if step.slo is not None:
+        return step.slo.met
+    share = slo_share(step.client) if step.client else None
+    return None if share is None else share >= keep_up
+
+
 def find_knee(steps: Sequence[SweepStep], keep_up: float) -> Knee:
     """The highest rate kept up with before the first step that was not; and the highest
-    before the first whose share of requests within the SLOs fell below `keep_up`."""
+    before the first that did not keep its requests within the SLOs (`within_slos`)."""
     slo_rate = None
     for step in steps:
-        share = slo_share(step.client) if step.client else None
-        if share is None or share < keep_up:
+        if not within_slos(step, keep_up):
             break
         slo_rate = step.rate
     kept = None

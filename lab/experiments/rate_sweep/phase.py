@@ -8,7 +8,9 @@ import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from vllm_glassbox import slo
 from vllm_glassbox.exporter.derive import KV_POOL_FULL
 from vllm_glassbox.lab.backends.backend import FlagOverrides
 from vllm_glassbox.lab.experiments.base import SingleServer
@@ -75,6 +77,9 @@ class RateSweepPhase(SingleServer):
     tokenizer: str | None  # when the lab cannot read the served checkpoint
     bench_command: tuple[str, ...]
     seed: int = 0
+    #: An SLO file (`slo: FILE`): goodput and the knee by its objectives, the same
+    #: definition as its rules (glassbox/slo.py), instead of the benchmark's `goodput`.
+    slo: slo.SloFile | None = None
     kind: str = KIND
 
     @property
@@ -97,6 +102,8 @@ class RateSweepPhase(SingleServer):
         )
         limit = f", at most {self.max_concurrency} at once" if self.max_concurrency else ""
         slos = ", ".join(f"{k} ≤ {v * 1000:g} ms" for k, v in self.goodput.items())
+        if self.slo:
+            slos = f"the objectives of {self.slo.source}"
         return (
             f"vllm bench serve {rates}, {self.arrivals} arrivals for {self.step_seconds:g}s "
             f"a step, {self.input_len} tokens in / {self.output_len} out{limit}"
@@ -162,6 +169,16 @@ def _goodput(node: Node) -> dict[str, float]:
     return slos
 
 
+def _slo_file(value: object) -> slo.SloFile:
+    """An SLO file's path (from where the lab runs), read and checked now."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be the path of an SLO file, not {value!r}")
+    try:
+        return slo.read_slo_file(Path(value).expanduser())
+    except slo.SloError as e:
+        raise ValueError(str(e)) from None
+
+
 def _command(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         words = shlex.split(value)
@@ -196,5 +213,8 @@ def parse(node: Node, name: str) -> RateSweepPhase:
         tokenizer=node.get("tokenizer", text, None),
         bench_command=node.get("bench_command", _command, DEFAULT_BENCH_COMMAND),
         seed=node.get("seed", count, 0),
+        slo=node.get("slo", _slo_file, None),
     )
+    if phase.slo is not None and phase.goodput:
+        node.problem("slo", "give an SLO file or the benchmark's goodput SLOs, not both")
     return phase

@@ -3,6 +3,7 @@ the whole sweep in time with the headroom and the first preemption."""
 
 from __future__ import annotations
 
+from vllm_glassbox.lab.experiments.rate_sweep.judge import step_goodput
 from vllm_glassbox.lab.experiments.rate_sweep.result import RateSweepResult
 from vllm_glassbox.lab.report_format import plot_name, png, pyplot
 from vllm_glassbox.lab.results import PhaseResult
@@ -22,10 +23,7 @@ def plot_sweep(r: RateSweepResult, title: str) -> bytes:
             [st.rate for st in unjudged], [st.achieved_rate for st in unjudged], ls="",
             marker="o", mfc="white", color="tab:blue", label="achieved (step not judged)",
         )  # fmt: skip
-    top.plot(
-        rates, [st.client.request_goodput for st in steps if st.client], marker="s",
-        label="goodput",
-    )  # fmt: skip
+    top.plot(rates, [step_goodput(st)[0] for st in steps], marker="s", label="goodput")
     if r.knee.rate is not None:
         for ax in (top, middle, bottom):
             ax.axvline(r.knee.rate, color="tab:green", ls="--", lw=1)

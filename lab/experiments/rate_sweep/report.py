@@ -16,7 +16,7 @@ from vllm_glassbox.lab.experiments.rate_sweep.judge import (
     LIMITS,
     MIN_SPAN_LATENCIES,
     TPOT_AGREEMENT,
-    slo_share,
+    step_goodput,
     unjudged_reason,
 )
 from vllm_glassbox.lab.experiments.rate_sweep.result import (
@@ -34,6 +34,7 @@ from vllm_glassbox.lab.report_format import (
     percent,
     plot_name,
     server_facts,
+    table,
     table_of,
 )
 from vllm_glassbox.lab.results import PhaseResult
@@ -76,8 +77,8 @@ CLIENT_COLUMNS: tuple[Column[_Client], ...] = (
     Column("keeps up", lambda r: {True: "yes", False: "**no**", None: "–"}[r.step.keeps_up]),
     Column("done", lambda r: str(r.view.completed)),
     Column("failed", lambda r: str(r.view.failed)),
-    Column("goodput req/s", lambda r: num(r.view.request_goodput)),
-    Column("within SLOs", lambda r: percent(slo_share(r.view))),
+    Column("goodput req/s", lambda r: num(step_goodput(r.step)[0])),
+    Column("within SLOs", lambda r: percent(step_goodput(r.step)[1])),
     Column("TTFT p50/p99 ms", lambda r: f"{_ms(r.view.ttft_p50)} / {_ms(r.view.ttft_p99)}"),
     Column("TPOT p50/p99 ms", lambda r: f"{_ms(r.view.tpot_p50)} / {_ms(r.view.tpot_p99)}"),
     Column("ITL p50/p99 ms", lambda r: f"{_ms(r.view.itl_p50)} / {_ms(r.view.itl_p99)}"),
@@ -119,6 +120,8 @@ SERVER_COLUMNS: tuple[Column[_Server], ...] = (
 def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
     out = server_facts(r.startup)
     slos = ", ".join(f"{k} ≤ {v * 1000:g} ms" for k, v in r.goodput_slos.items()) or "none"
+    if r.slo_file:
+        slos = f"the objectives of {r.slo_file} (below)"
     out += [
         f"`vllm bench serve` at each rate: {r.arrivals} arrivals, random prompts of "
         f"{r.input_len} tokens, {r.output_len} generated (EOS ignored)"
@@ -138,6 +141,7 @@ def section(phase: PhaseResult, r: RateSweepResult) -> list[str]:
     ]
     clients = [_Client(st, c) for st in r.steps if (c := st.client) is not None]
     out += table_of(CLIENT_COLUMNS, clients)
+    out += _objectives(r)
     out += [
         "**The server's view** (vLLM's counters around each step through the derivation "
         "core; peaks and headroom from the polls of its page"
@@ -236,14 +240,48 @@ def _knee_words(r: RateSweepResult) -> str:
                 )
                 + "."
             )
-    if r.goodput_slos:
+    if r.goodput_slos or r.slo_file:
+        within = (
+            f"every objective of {r.slo_file} at its target"
+            if r.slo_file
+            else f"{percent(r.keep_up)} of requests or more"
+        )
         words += (
-            f" Within the SLOs ({percent(r.keep_up)} of requests or more): up to "
-            f"{k.slo_rate:g} req/s."
+            f" Within the SLOs ({within}): up to {k.slo_rate:g} req/s."
             if k.slo_rate is not None
             else " Not even the first step kept its requests within the SLOs."
         )
     return words
+
+
+def _objectives(r: RateSweepResult) -> list[str]:
+    """Each step's requests by every objective of the SLO file that applies to the model."""
+    if not r.slo_file:
+        return []
+    out = [
+        f"**The objectives of {r.slo_file}**, the definition its rules use (glassbox/slo.py): "
+        "a latency is within its objective up to the bucket boundary the rules count (the "
+        "threshold, or the nearest vLLM boundary below it); failed requests count against "
+        "the errors objective only. Goodput above: the requests within every objective.",
+        "",
+    ]
+    rows = [
+        [
+            f"{st.rate:g}",
+            f"{a.objective} ({a.sli})",
+            "–" if a.threshold_seconds is None else f"{a.threshold_seconds * 1000:g} ms",
+            f"{a.good} / {a.counted}",
+            percent(a.share),
+            percent(a.target),
+            num(a.burn_rate),
+            {True: "yes", False: "**no**", None: "–"}[a.met],
+        ]
+        for st in r.steps
+        if st.slo is not None
+        for a in st.slo.attainments
+    ]
+    headers = ["rate req/s", "objective", "within", "good / counted", "attainment", "target"]
+    return out + table([*headers, "burn rate", "met"], rows)
 
 
 def _forecast_words(r: RateSweepResult) -> list[str]:

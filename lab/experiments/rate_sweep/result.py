@@ -12,6 +12,7 @@ from vllm_glassbox.lab.experiments.pool_acts import TimelinePoint
 from vllm_glassbox.lab.experiments.pool_forecasts import ForecastJudgement
 from vllm_glassbox.lab.experiments.rate_sweep.phase import BENCH_LAUNCHER
 from vllm_glassbox.lab.results import JSON, Startup, startup_json
+from vllm_glassbox.slo import Goodput
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,8 @@ class SweepStep:
     #: with the local backend): a shared machine's other work slows every step.
     host_load: float | None = None
     error: str | None = None
+    #: The requests by the phase's SLO file (its objectives of the served model).
+    slo: Goodput | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ class RateSweepResult:
     exporter: bool = False  # whether an exporter beside gave its headroom series
     host_cpus: int | None = None  # of the lab's machine, beside the steps' host load
     bench_command: tuple[str, ...] = field(default_factory=tuple)
+    slo_file: str | None = None  # the SLO file that judged the steps, when one did
 
     def to_json(self) -> JSON:
         body = asdict(self)

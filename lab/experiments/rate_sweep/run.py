@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from vllm_glassbox import slo
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.snapshot import Snapshot
@@ -28,7 +29,12 @@ from vllm_glassbox.lab.experiments.rate_sweep.judge import (
 )
 from vllm_glassbox.lab.experiments.rate_sweep.phase import Doubling, RateSweepPhase
 from vllm_glassbox.lab.experiments.rate_sweep.result import RateSweepResult, SweepPoint, SweepStep
-from vllm_glassbox.lab.experiments.rate_sweep.views import client_view, server_view, sweep_point
+from vllm_glassbox.lab.experiments.rate_sweep.views import (
+    client_view,
+    request_outcomes,
+    server_view,
+    sweep_point,
+)
 from vllm_glassbox.lab.progress import number_text
 from vllm_glassbox.lab.report_format import num
 from vllm_glassbox.lab.vllm.client import LabError, Sampler, gauge_total, increase
@@ -133,6 +139,7 @@ class Sweep:
             exporter=exporter is not None,
             host_cpus=os.cpu_count(),
             bench_command=phase.bench_command,
+            slo_file=phase.slo.source if phase.slo else None,
         )
 
     def step(self, index: int, rate: float) -> SweepStep:
@@ -193,6 +200,12 @@ class Sweep:
             increase(before, after, seconds), points, served.startup, lab.peak_bandwidth, cpu
         )
         diff, agree, note = tpot_verdict(view, server)
+        model = served.deployed.served_model_name
+        judged = (
+            slo.goodput(phase.slo, request_outcomes(bench), view.duration_seconds, model)
+            if phase.slo and view
+            else None
+        )
         acts = act_names([p.timeline_point() for p in points], phase.saturation)
         step = SweepStep(
             index=index,
@@ -209,6 +222,7 @@ class Sweep:
             acts=tuple(dict.fromkeys(acts)),
             error=error,
             host_load=os.getloadavg()[0],
+            slo=judged,
         )
         self.steps.append(step)
         return step

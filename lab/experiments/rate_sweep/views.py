@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vllm_glassbox import slo
 from vllm_glassbox.exporter import derive, series
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import Increase
@@ -241,3 +242,25 @@ def first_error(bench: Mapping[str, Any]) -> str | None:
         if isinstance(error, str) and error.strip():
             return error.strip().splitlines()[-1][:200]
     return None
+
+
+def _at(values: Sequence[Any], i: int) -> float | None:
+    value = values[i] if i < len(values) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def request_outcomes(bench: Mapping[str, Any]) -> list[slo.RequestOutcome]:
+    """Each request of the benchmark's JSON (`--save-detailed`), for an SLO file's
+    objectives: failed or not, its TTFT and end-to-end latency, its output tokens."""
+    errors = bench.get("errors") or []
+    ttfts, latencies = bench.get("ttfts") or [], request_latencies(bench) or []
+    tokens = bench.get("output_lens") or []
+    return [
+        slo.RequestOutcome(
+            failed=bool(error),
+            ttft_seconds=None if error else _at(ttfts, i),
+            e2e_seconds=None if error else _at(latencies, i),
+            output_tokens=int(_at(tokens, i) or 0),
+        )
+        for i, error in enumerate(errors)
+    ]
