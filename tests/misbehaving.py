@@ -141,6 +141,19 @@ def render_page(fake: FakeVllm, n: int) -> str:
         n * s.itl_count,
         n * s.itl_sum,
     )
+    # The requests that finished: as many as first tokens, each with its prompt and output.
+    histogram(
+        "vllm:request_prompt_tokens",
+        "Number of prefill tokens processed.",
+        n * s.ttft_count,
+        float(n * s.prompt_tokens),
+    )
+    histogram(
+        "vllm:request_generation_tokens",
+        "Number of generation tokens processed.",
+        n * s.ttft_count,
+        float(n * s.generation_tokens),
+    )
     family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig")
     for engine in fake.engines:
         out.append(
