@@ -1104,6 +1104,16 @@ def _met(o: ObjectiveState, missed: Figure, window: str) -> Statement:
     return met
 
 
+def _none_missed(o: ObjectiveState, window: str) -> Statement:
+    """Over `window`, no request missed the objective."""
+    threshold = read(o.threshold, "seconds")
+    if o.sli not in SLI_WORDS or threshold is None:
+        return say(f"over {WINDOW_WORDS[window]} no request was aborted, failed or refused")
+    return say(
+        f"over {WINDOW_WORDS[window]} every request got {SLI_WORDS[o.sli]}", threshold=threshold
+    )
+
+
 def _budget(o: ObjectiveState, target: Figure) -> Statement | None:
     """The period's error budget: what is left, or how many times over it is spent."""
     left = read(o.budget_remaining, "ratio")
@@ -1228,6 +1238,20 @@ def _objective(o: ObjectiveState) -> Finding | None:
         burn = burns[window]
         missed = read(o.error_ratios[window], "ratio")
         assert burn is not None and missed is not None
+        if missed.value == 0:
+            return Finding(
+                "slo",
+                "kept",
+                "ok",
+                _objective_title(o, "kept"),
+                joined(
+                    _none_missed(o, window),
+                    say(", against a target of {target}", target=target),
+                    budget,
+                ),
+                assumes=tuple(assumes),
+                unseen=tuple(unseen),
+            )
         what = joined(
             _met(o, missed, window),
             say(

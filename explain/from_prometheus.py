@@ -404,7 +404,8 @@ def _objectives(answers: Answers, key: Key) -> tuple[ObjectiveState, ...]:
             state[record.partition(":")[0]] = reading
         threshold = _label_number(labels, "threshold")
         if threshold is not None and "threshold" not in state:
-            state["threshold"] = Reading(threshold, f"{_series_text(labels)}: label threshold")
+            target = _series_text({**labels, "__name__": f"{SLO_RECORD}target:ratio"})
+            state["threshold"] = Reading(threshold, f"{target}: label threshold")
     alerts = answers.by_key("slo_alerts").get(key, [])
     out = []
     for (name, others), state in sorted(found.items()):

@@ -121,9 +121,7 @@ def heading(scope: Scope) -> str:
 
 def _behind(findings: Sequence[Finding], finding: Finding) -> list[tuple[int, Finding]]:
     """The findings `finding` names as usually behind it, with their place in the output."""
-    return [
-        (i, other) for key in finding.see for i, other in enumerate(findings, 1) if other.key == key
-    ]
+    return [(i, other) for i, other in enumerate(findings, 1) if other.key in finding.see]
 
 
 def _confidence(finding: Finding) -> list[str]:

@@ -39,7 +39,9 @@ def test_a_fast_burn_is_critical_with_both_windows_burn_rates_and_the_budget_lef
     assert figures["threshold"] == 20.0
     assert figures["left"] == 0.2
     text = sentence(f.what)
-    assert text.startswith("Over the last hour 80 % of requests missed a whole answer within 20.0 s")
+    assert text.startswith(
+        "Over the last hour 80 % of requests missed a whole answer within 20.0 s"
+    )
     assert "16.0× as fast as the objective allows, and 18.0× over the last five minutes" in text
     assert "above VLLMSLOFastBurn's 14.4× (VLLMSLOFastBurn, VLLMSLOSlowBurn firing)" in text
     assert text.endswith("; 20 % of the error budget is left.")
@@ -190,6 +192,15 @@ def test_every_slo_number_is_read_or_from_the_core() -> None:
         for figure in f.figures.values():
             assert figure.by in ("read", "derive.burn_rate"), figure
             assert figure.sources, figure
+
+
+def test_an_objective_no_request_missed_says_so_without_a_burn() -> None:
+    f = only_slo(replace(scenes.kept_errors(), error_ratios={"rate1h": r(0.0, "q")}))
+    assert (f.finding, f.severity) == ("kept", "ok")
+    assert sentence(f.what) == (
+        "Over the last hour no request was aborted, failed or refused, against a target of "
+        "99.9 %; 90 % of the error budget is left."
+    )
 
 
 def test_an_objective_counting_nothing_is_said_plainly() -> None:
