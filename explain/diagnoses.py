@@ -1184,15 +1184,15 @@ def _objective(o: ObjectiveState) -> Finding | None:
     if missing is not None and missing.value > 0:
         threshold = read(o.threshold, "seconds")
         what = say_if(
-            "{missing} series of vLLM's histogram for this model have no bucket at {threshold}, "
-            "the boundary this objective counts: its attainment, error budget and burn rates "
-            "are absent, and nothing is judged",
+            "this model's vLLM histogram has no bucket at {threshold}, the boundary this "
+            "objective counts, in {missing} of its series: its attainment, error budget and "
+            "burn rates are absent, and nothing is judged",
             missing=missing,
             threshold=threshold,
         ) or say(
-            "{missing} series of vLLM's histogram for this model have no bucket at the "
-            "boundary this objective counts: its attainment, error budget and burn rates are "
-            "absent, and nothing is judged",
+            "this model's vLLM histogram has no bucket at the boundary this objective "
+            "counts in {missing} of its series: its attainment, error budget and burn rates "
+            "are absent, and nothing is judged",
             missing=missing,
         )
         shown = BOUNDARY_MISSING in o.firing and o.alerts_source is not None
@@ -1216,16 +1216,7 @@ def _objective(o: ObjectiveState) -> Finding | None:
     }
     window = next((w for w in KEPT_WINDOWS if burns.get(w) is not None), None)
     if target is None or window is None:
-        return Finding(
-            "slo",
-            "not_counted",
-            "ok",
-            _objective_title(o, "nothing counted"),
-            say(
-                "its rules counted no request over the last three days (or have no target): "
-                "nothing to judge"
-            ),
-        )
+        return None  # no request counted in three days: nothing to judge, nothing said
     holding = [
         (alert, clause)
         for alert, clauses in objectives.BURN_ALERTS.items()
@@ -1317,7 +1308,7 @@ def slo(scene: Scene) -> list[Finding]:
     """Each service-level objective of the model, from its rules' records: burning (the
     most urgent burn alert whose condition holds, with its windows' burn rates and the
     budget left), kept, or unreadable (vLLM lacks its bucket); with an SLO file, its
-    objectives Prometheus has no record of. What usually explains a burn is named, not
+    objectives Prometheus has no record of. One that counted no request says nothing. What usually explains a burn is named, not
     judged again: the pool's, decode's and speculation's findings of the same scene."""
     return [f for o in scene.objectives if (f := _objective(o)) is not None]
 
