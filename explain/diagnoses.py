@@ -19,7 +19,7 @@ The rules every diagnosis keeps:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from vllm_glassbox import slo as objectives
@@ -1161,54 +1161,115 @@ def _confidence(o: ObjectiveState, budget: Statement | None) -> tuple[list[str],
     return assumes, unseen
 
 
+def _unrecorded(o: ObjectiveState) -> Finding | None:
+    """An objective of the SLO file given that Prometheus has no record of."""
+    if o.asked_in is None:
+        return None
+    return Finding(
+        "slo",
+        "no_records",
+        "info",
+        _objective_title(o, "no records"),
+        say(
+            "Prometheus has no record of this objective of the SLO file for this model: its "
+            "rules are not loaded here, or were rendered from another file"
+        ),
+        unseen=(
+            f'namespace_job_model_name_slo:glassbox_slo_target:ratio{{slo="{o.name}"}} '
+            f"(glassbox rules --slo {o.asked_in} renders them)",
+        ),
+    )
+
+
+def _unreadable(o: ObjectiveState, missing: Figure) -> Finding:
+    """vLLM has no bucket at the objective's boundary: nothing can be judged of it."""
+    what = say_if(
+        "this model's vLLM histogram has no bucket at {threshold}, the boundary this "
+        "objective counts, in {missing} of its series: its attainment, error budget and burn "
+        "rates are absent, and nothing is judged",
+        missing=missing,
+        threshold=read(o.threshold, "seconds"),
+    ) or say(
+        "this model's vLLM histogram has no bucket at the boundary this objective counts in "
+        "{missing} of its series: its attainment, error budget and burn rates are absent, and "
+        "nothing is judged",
+        missing=missing,
+    )
+    shown = BOUNDARY_MISSING in o.firing and o.alerts_source is not None
+    return Finding(
+        "slo",
+        "boundary_missing",
+        "warning",
+        _objective_title(o, "cannot be read"),
+        what,
+        unseen=(
+            "whether requests meet it: vLLM runs with other buckets than the SLO file says "
+            "(docs/slo.md)",
+        ),
+        runbook=f"{RUNBOOK}#{BOUNDARY_MISSING.lower()}",
+        also_read=(f"{o.alerts_source}: {BOUNDARY_MISSING}",) if shown else (),
+    )
+
+
+def _kept(
+    o: ObjectiveState, window: str, burn: Figure, target: Figure, budget: Statement | None
+) -> Statement:
+    """Under every burn alert's factor: the share missed over `window`, its burn, the budget."""
+    missed = read(o.error_ratios[window], "ratio")
+    if missed is None or missed.value == 0:
+        return joined(
+            _none_missed(o, window), say(", against a target of {target}", target=target), budget
+        )
+    return joined(
+        _met(o, missed, window),
+        say(
+            ", against a target of {target}: the error budget burns {burn} as fast as the "
+            "objective allows, under every burn alert's factor",
+            target=target,
+            burn=burn,
+        ),
+        budget,
+    )
+
+
+def _burning(
+    o: ObjectiveState,
+    alert: str,
+    clause: objectives.BurnClause,
+    burns: Mapping[str, Figure | None],
+    target: Figure,
+    budget: Statement | None,
+    holding: Sequence[str],
+) -> Statement:
+    """The alert's condition: the share missed over its long window, the burn over both
+    windows above its factor, the burn alerts Prometheus shows firing, the budget."""
+    long, short = clause.windows
+    missed = read(o.error_ratios[long], "ratio")
+    assert missed is not None  # its burn rate holds
+    factor = read(Reading(clause.factor, f"{alert} (glassbox/slo_rules.yaml)"), "times")
+    firing = [a for a in holding if a in o.firing]
+    return joined(
+        _met(o, missed, long),
+        say(
+            ", against a target of {target}: the error budget burns {burn_long} as fast as the "
+            f"objective allows, and {{burn_short}} over {WINDOW_WORDS[short]}, above {alert}'s "
+            "{factor}",
+            target=target,
+            burn_long=burns[long],
+            burn_short=burns[short],
+            factor=factor,
+        ),
+        say(f" ({', '.join(firing)} firing)") if firing else None,
+        budget,
+    )
+
+
 def _objective(o: ObjectiveState) -> Finding | None:
     if not o.recorded:
-        if o.asked_in is None:
-            return None
-        return Finding(
-            "slo",
-            "no_records",
-            "info",
-            _objective_title(o, "no records"),
-            say(
-                "Prometheus has no record of this objective of the SLO file for this model: "
-                "its rules are not loaded here, or were rendered from another file"
-            ),
-            unseen=(
-                f'namespace_job_model_name_slo:glassbox_slo_target:ratio{{slo="{o.name}"}} '
-                f"(glassbox rules --slo {o.asked_in} renders them)",
-            ),
-        )
-    runbook = f"{RUNBOOK}#"
+        return _unrecorded(o)
     missing = read(o.boundary_missing, "count")
     if missing is not None and missing.value > 0:
-        threshold = read(o.threshold, "seconds")
-        what = say_if(
-            "this model's vLLM histogram has no bucket at {threshold}, the boundary this "
-            "objective counts, in {missing} of its series: its attainment, error budget and "
-            "burn rates are absent, and nothing is judged",
-            missing=missing,
-            threshold=threshold,
-        ) or say(
-            "this model's vLLM histogram has no bucket at the boundary this objective "
-            "counts in {missing} of its series: its attainment, error budget and burn rates "
-            "are absent, and nothing is judged",
-            missing=missing,
-        )
-        shown = BOUNDARY_MISSING in o.firing and o.alerts_source is not None
-        return Finding(
-            "slo",
-            "boundary_missing",
-            "warning",
-            _objective_title(o, "cannot be read"),
-            what,
-            unseen=(
-                "whether requests meet it: vLLM runs with other buckets than the SLO file "
-                "says (docs/slo.md)",
-            ),
-            runbook=f"{runbook}{BOUNDARY_MISSING.lower()}",
-            also_read=(f"{o.alerts_source}: {BOUNDARY_MISSING}",) if shown else (),
-        )
+        return _unreadable(o, missing)
     target = read(o.target, "ratio")
     burns = {
         window: core(derive.burn_rate, reading, o.target, unit="times")
@@ -1227,32 +1288,8 @@ def _objective(o: ObjectiveState) -> Finding | None:
     assumes, unseen = _confidence(o, budget)
     if not holding:
         burn = burns[window]
-        missed = read(o.error_ratios[window], "ratio")
-        assert burn is not None and missed is not None
-        if missed.value == 0:
-            return Finding(
-                "slo",
-                "kept",
-                "ok",
-                _objective_title(o, "kept"),
-                joined(
-                    _none_missed(o, window),
-                    say(", against a target of {target}", target=target),
-                    budget,
-                ),
-                assumes=tuple(assumes),
-                unseen=tuple(unseen),
-            )
-        what = joined(
-            _met(o, missed, window),
-            say(
-                ", against a target of {target}: the error budget burns {burn} as fast as the "
-                "objective allows, under every burn alert's factor",
-                target=target,
-                burn=burn,
-            ),
-            budget,
-        )
+        assert burn is not None
+        what = _kept(o, window, burn, target, budget)
         return Finding(
             "slo",
             "kept",
@@ -1263,44 +1300,25 @@ def _objective(o: ObjectiveState) -> Finding | None:
             unseen=tuple(unseen),
         )
     alert, clause = holding[0]
+    alerts = list(dict.fromkeys(a for a, _ in holding))
     finding, severity, state = BURNS[alert]
-    long, short = clause.windows
-    missed = read(o.error_ratios[long], "ratio")
-    factor = read(Reading(clause.factor, f"{alert} (glassbox/slo_rules.yaml)"), "times")
-    assert missed is not None
-    firing = [a for a in dict.fromkeys(a for a, _ in holding) if a in o.firing]
-    what = joined(
-        _met(o, missed, long),
-        say(
-            ", against a target of {target}: the error budget burns {burn_long} as fast as the "
-            f"objective allows, and {{burn_short}} over {WINDOW_WORDS[short]}, above {alert}'s "
-            "{factor}",
-            target=target,
-            burn_long=burns[long],
-            burn_short=burns[short],
-            factor=factor,
-        ),
-        say(f" ({', '.join(firing)} firing)") if firing else None,
-        budget,
-    )
     if alert not in o.firing and o.alerts_source is not None:
         unseen.append(
             f"{alert} firing: Prometheus shows it not firing for this objective (its rules "
             "evaluated elsewhere, or at another moment)"
         )
+    firing = [a for a in alerts if a in o.firing]
     return Finding(
         "slo",
         finding,
         severity,
         _objective_title(o, state),
-        what,
+        _burning(o, alert, clause, burns, target, budget, alerts),
         assumes=tuple(assumes),
         unseen=tuple(unseen),
-        runbook=f"{runbook}{alert.lower()}",
+        runbook=f"{RUNBOOK}#{alert.lower()}",
         see=BEHIND.get(o.sli, ()),
-        also_read=(f"{o.alerts_source}: {', '.join(firing)}",)
-        if firing and o.alerts_source
-        else (),
+        also_read=(f"{o.alerts_source}: {', '.join(firing)}",) if firing else (),
     )
 
 
@@ -1308,8 +1326,9 @@ def slo(scene: Scene) -> list[Finding]:
     """Each service-level objective of the model, from its rules' records: burning (the
     most urgent burn alert whose condition holds, with its windows' burn rates and the
     budget left), kept, or unreadable (vLLM lacks its bucket); with an SLO file, its
-    objectives Prometheus has no record of. One that counted no request says nothing. What usually explains a burn is named, not
-    judged again: the pool's, decode's and speculation's findings of the same scene."""
+    objectives Prometheus has no record of. One that counted no request says nothing.
+    What usually explains a burn is named, not judged again: the pool's, decode's and
+    speculation's findings of the same scene (`explain` keeps those that are there)."""
     return [f for o in scene.objectives if (f := _objective(o)) is not None]
 
 
