@@ -2,6 +2,7 @@
 
     flock /work/heavy.lock .venv/bin/python benchmarks/bench_explain.py          # ~12 minutes
     .venv/bin/python benchmarks/bench_explain.py --pods 100 --warmup 120 --repeats 3
+    flock /work/heavy.lock .venv/bin/python benchmarks/bench_explain.py --slo FILE   # and its SLOs
 
 The fleet of bench_fleet.py (tests/fleet.py: one process serving every pod's vLLM page and
 exporter page, one pod in ten under KV pressure, pods over PODS/10 namespaces and 4
@@ -10,7 +11,9 @@ warm-up, `glassbox explain` runs as a person runs it (the command in this proces
 output written to a buffer) for one model in one namespace (a namespace with a pod under
 pressure), then for the whole fleet, REPEATS times each, alternately; each run's wall
 time, the scenes and findings it wrote, and the load average are printed. The targets:
-one model within 10 s, the whole fleet within 60 s.
+one model within 10 s, the whole fleet within 60 s. With --slo FILE the SLO file's rules
+are loaded too (every group at the 30 s interval: a budget group's 5 minutes would
+outlast the warm-up) and the command is given the file, so its objectives are read.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from vllm_glassbox import rules, slo  # noqa: E402
 from vllm_glassbox.explain.cli import main as explain  # noqa: E402
 from vllm_glassbox.explain.from_prometheus import Selection, queries  # noqa: E402
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess  # noqa: E402
@@ -61,6 +67,18 @@ def spread(values: list[float]) -> str:
     )
 
 
+def slo_rule_files(path: Path | None, work: Path) -> list[str]:
+    """The SLO file's rules (glassbox rules --slo), every group at the global interval."""
+    if path is None:
+        return []
+    document = yaml.safe_load(rules.slo_rule_file_text(slo.read_slo_file(path), path.name, []))
+    for group in document["groups"]:
+        group.pop("interval", None)
+    written = work / "slo.rules.yaml"
+    written.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
+    return [str(written)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pods", type=int, default=1000)
@@ -68,6 +86,7 @@ def main() -> None:
     parser.add_argument("--since", default="5m")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--slo", type=Path, help="an SLO file: its rules loaded, and --slo given")
     args = parser.parse_args()
 
     plan = plan_pods(args.pods, namespaces=max(2, args.pods // 10), models=4)
@@ -83,7 +102,7 @@ def main() -> None:
                 "scrape_timeout": "10s",
                 "evaluation_interval": "30s",
             },
-            "rule_files": RULE_FILES,
+            "rule_files": RULE_FILES + slo_rule_files(args.slo, Path(work)),
             "scrape_configs": serving.scrape_configs(SCRAPE, "10s"),
         }
         with PrometheusProcess(Path(work), config) as prometheus:
@@ -112,6 +131,9 @@ def main() -> None:
                 pressured.model,
             ]
             whole = ["--prometheus", prometheus.url, "--since", args.since]
+            if args.slo:
+                one += ["--slo", str(args.slo)]
+                whole += ["--slo", str(args.slo)]
             load_before = os.getloadavg()[0]
             runs: dict[str, list[float]] = {"one": [], "fleet": []}
             shape: dict[str, tuple[int, int]] = {}
@@ -130,7 +152,10 @@ def main() -> None:
                     began = time.perf_counter()
                     client.query(expr, at)
                     slowest.append((time.perf_counter() - began, name))
-    print(f"pods {args.pods}, --since {args.since}, warm-up {args.warmup:g} s")
+    print(
+        f"pods {args.pods}, --since {args.since}, warm-up {args.warmup:g} s"
+        + (f", SLO rules of {args.slo}" if args.slo else "")
+    )
     print(f"load average {load_before:.1f} -> {load_after:.1f}")
     total = sum(seconds for seconds, _ in slowest)
     top = ", ".join(f"{name} {seconds:.2f} s" for seconds, name in sorted(slowest)[::-1][:5])

@@ -1,7 +1,8 @@
 """vLLM / glassbox overview: is the server healthy, and what do its three mechanisms cost?
 
-The top answers "how is it doing now" (fleet recording rules), the middle puts the decode
-numbers next to vLLM's own raw series, the bottom says whether the exporter can see vLLM.
+The top answers "how is it doing now" (fleet recording rules, the objectives, what
+`glassbox explain` finds), the middle puts the decode numbers next to vLLM's own raw
+series, the bottom says whether the exporter can see vLLM.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from vllm_glassbox.dashboards.common import (
     Row,
     stacked_bars,
     stat,
+    table,
     timeseries,
 )
 from vllm_glassbox.dashboards.common import dashboard as _dashboard
@@ -134,6 +136,20 @@ def restarts_stat() -> Panel:
     )
 
 
+def findings() -> Panel:
+    return table(
+        "Findings",
+        f"{help_of('glassbox_finding_info')} One row per finding of each exporter's latest "
+        "poll, by namespace, instance and model, with its severity (critical, warning, "
+        "info, ok). Each exporter judges its own server over its window; the sentences, "
+        "their numbers, the evidence and what would change each: `glassbox explain "
+        "--exporter URL` for one server, or `glassbox explain --prometheus URL` for a model "
+        "across its replicas, its service-level objectives with it (docs/explain.md).",
+        [Q(q.FINDINGS)],
+        ["namespace", "instance", "model_name", "severity", "diagnosis", "finding"],
+    )
+
+
 def raw_running_waiting() -> Panel:
     return timeseries(
         "Running and waiting requests",
@@ -223,9 +239,9 @@ def exporter_errors() -> Panel:
 dashboard = _dashboard(
     uid="glassbox-overview",
     title="vLLM glassbox / Overview",
-    description="Lab phases, the fleet at a glance, its service-level objectives, decode "
-    "efficiency, cold starts by stage and vLLM's raw context (running, waiting, KV usage, "
-    "preemptions, throughput, TTFT).",
+    description="Lab phases, the fleet at a glance, its service-level objectives, what "
+    "glassbox explain finds, decode efficiency, cold starts by stage and vLLM's raw context "
+    "(running, waiting, KV usage, preemptions, throughput, TTFT).",
     rows=[
         Row("Lab phases", [(p.lab_phase(), 24)], height=4),
         Row(
@@ -247,6 +263,7 @@ dashboard = _dashboard(
             height=4,
         ),
         Row("Service-level objectives (SLO rules)", slo.overview_panels(), height=4),
+        Row("What glassbox explain finds", [(findings(), 24)], height=6),
         Row("Decode", [(p.tpot(), 12), (p.tokens_per_forward_pass(), 12)]),
         Row(
             "Cold start (from vLLM's log)",

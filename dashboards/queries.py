@@ -181,6 +181,8 @@ TTFT_RAW_MEAN = mean_of_histogram("vllm:time_to_first_token_seconds")
 # --- the exporter itself ------------------------------------------------------------------
 
 TARGET_UP = f"min by (job, instance) (glassbox_target_up{{{TARGET}}})"
+# What glassbox explain finds, one series per finding of each exporter's latest poll.
+FINDINGS = f"glassbox_finding_info{{{MODEL}}}"
 SCRAPE_DURATION = fact("glassbox_scrape_duration_seconds")
 SCRAPE_ERRORS = f"sum by (reason) (rate(glassbox_scrape_errors_total{{{TARGET}}}{RATE}))"
 RESTARTS_IN_RANGE = f"sum(increase(glassbox_target_restarts_total{{{TARGET}}}[$__range]))"

@@ -2,6 +2,7 @@
 and what would change it.
 
     glassbox explain --prometheus URL [--namespace NS] [--model M] [--since 1h] [--at TIME]
+      [--slo FILE]
     glassbox explain --exporter URL [--ca-file F] [--username-file F --password-file F]
       [--format text|markdown|json] [--lab results.json] [--gpu-memory BYTES]
 
@@ -16,6 +17,7 @@ The output is written whole once everything is read, or not at all. Exit status:
 | 5 | nothing for the namespace or model asked (the message lists those there are) |
 | 6 | the exporter cannot be reached, or is not a glassbox exporter |
 | 7 | the --lab file cannot be read as a lab run's results.json |
+| 8 | the --slo file is no SLO file (each problem named) |
 """
 
 from __future__ import annotations
@@ -26,18 +28,26 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from vllm_glassbox.explain.diagnoses import explain
 from vllm_glassbox.explain.findings import Explained
 from vllm_glassbox.explain.from_exporter import read_findings_page
 from vllm_glassbox.explain.from_lab import LabFileError, baseline, load_results
-from vllm_glassbox.explain.from_prometheus import NotFound, NothingHere, Selection, read_scenes
+from vllm_glassbox.explain.from_prometheus import (
+    NotFound,
+    NothingHere,
+    Selection,
+    read_scenes,
+    with_slo_file,
+)
 from vllm_glassbox.explain.render import FORMATS, render
 from vllm_glassbox.explain.scene import LabBaseline, Reading, Scene
 from vllm_glassbox.exporter.errors import ScrapeError
 from vllm_glassbox.exporter.fetch import TargetCredentials
 from vllm_glassbox.helptext import examples
 from vllm_glassbox.prometheus import Prometheus, PrometheusError
+from vllm_glassbox.slo import SloError, SloFile, read_slo_file
 from vllm_glassbox.units import base_url_problems, parse_duration, parse_positive_number
 
 EXIT_PROMETHEUS = 3
@@ -45,6 +55,7 @@ EXIT_NOTHING = 4
 EXIT_NOT_FOUND = 5
 EXIT_EXPORTER = 6
 EXIT_LAB = 7
+EXIT_SLO = 8
 
 
 def parse_time(text: str) -> float:
@@ -72,6 +83,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         **examples(
             "glassbox explain --prometheus http://prometheus:9090 --namespace llm --since 1h",
             "glassbox explain --prometheus http://prometheus:9090 --model qwen --format markdown",
+            "glassbox explain --prometheus http://prometheus:9090 --slo slo.yaml",
             "glassbox explain --exporter http://127.0.0.1:9400 --lab out/results.json",
         ),
     )
@@ -97,6 +109,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         metavar="FILE",
         help="a lab run's results.json: its measured precisions, fitted line and step "
         "without speculation, set beside what the server shows",
+    )
+    parser.add_argument(
+        "--slo",
+        metavar="FILE",
+        help="the SLO file the rules were rendered from (with --prometheus): each "
+        "objective's own threshold beside the bucket boundary counted, and its objectives "
+        "Prometheus has no record of",
     )
     parser.add_argument(
         "--gpu-memory",
@@ -147,6 +166,8 @@ def main(argv: Sequence[str], prog: str = "glassbox explain") -> int:
         parser.error(f"{url}: {'; '.join(problems)}")
     if args.exporter and (args.namespace or args.model or args.at):
         parser.error("--namespace, --model and --at select in Prometheus: not with --exporter")
+    if args.exporter and args.slo:
+        parser.error("--slo reads the SLO rules' records in Prometheus: not with --exporter")
     if args.prometheus and (args.ca_file or args.username_file or args.password_file):
         parser.error("--ca-file, --username-file and --password-file reach an exporter")
     if bool(args.username_file) != bool(args.password_file):
@@ -166,6 +187,13 @@ def main(argv: Sequence[str], prog: str = "glassbox explain") -> int:
         except LabFileError as e:
             print(f"{prog}: --lab: {e}", file=sys.stderr)
             return EXIT_LAB
+    objectives: SloFile | None = None
+    if args.slo:
+        try:
+            objectives = read_slo_file(Path(args.slo))
+        except SloError as e:
+            print(f"{prog}: --slo: {e}", file=sys.stderr)
+            return EXIT_SLO
     try:
         if args.prometheus:
             scenes = _scenes_from_prometheus(args, gpu_memory)
@@ -183,6 +211,8 @@ def main(argv: Sequence[str], prog: str = "glassbox explain") -> int:
     except ScrapeError as e:
         print(f"{prog}: the exporter at {args.exporter}: {e}", file=sys.stderr)
         return EXIT_EXPORTER
+    if objectives is not None:
+        scenes = [with_slo_file(scene, objectives) for scene in scenes]
     explained: list[Explained] = [explain(replace(scene, lab=lab or scene.lab)) for scene in scenes]
     sys.stdout.write(render(explained, args.format))
     return 0

@@ -151,6 +151,16 @@ class Finding:
     assumes: tuple[str, ...] = ()
     unseen: tuple[str, ...] = ()  # what it could not see
     runbook: str | None = None  # a section of alerts/runbook.md
+    #: Other findings of the same scene that usually explain this one, as `diagnosis/finding`
+    #: (`diagnoses.explain` keeps those that are there).
+    see: tuple[str, ...] = ()
+    #: What it read that no number of it shows (an alert's state), for the evidence.
+    also_read: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """How another finding refers to this one: `diagnosis/finding`."""
+        return f"{self.diagnosis}/{self.finding}"
 
     @property
     def blind(self) -> bool:
@@ -166,8 +176,9 @@ class Finding:
 
     @property
     def evidence(self) -> tuple[str, ...]:
-        """Every series and query its numbers rest on, once, in order."""
-        return tuple(dict.fromkeys(src for f in self.figures.values() for src in f.sources))
+        """Every series and query its numbers rest on, once, in order, and what else it read."""
+        sources = [src for f in self.figures.values() for src in f.sources]
+        return tuple(dict.fromkeys([*sources, *self.also_read]))
 
 
 @dataclass(frozen=True)

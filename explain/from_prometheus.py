@@ -11,7 +11,10 @@ fleet costs the same few queries as one model), run side by side:
 - the exporters' series (weights, peak bandwidth, the pool in tokens and bytes, the time
   to exhaustion, cold starts, failed polls, unrecognised inputs). The exporter-wide ones
   carry no `model_name`: each is joined to the models its exporter serves through the
-  exporter's own per-engine series (same namespace, job and instance).
+  exporter's own per-engine series (same namespace, job and instance);
+- the SLO rules' records at the window's end (docs/slo.md: error ratios over their own
+  windows, target, budget left, series without the objective's bucket) and their burn
+  alerts firing, where the rules are loaded (nothing, where they are not).
 
 A query Prometheus refuses, or Prometheus out of reach, is a `PrometheusError`;
 a selection with nothing in it is `NothingHere` (no vLLM series at all) or `NotFound`
@@ -23,13 +26,14 @@ from __future__ import annotations
 import concurrent.futures
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from vllm_glassbox.explain.scene import Blind, Reading, Scene, Scope, Window
+from vllm_glassbox.explain.scene import Blind, ObjectiveState, Reading, Scene, Scope, Window
 from vllm_glassbox.exporter import derive, series
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.prometheus import Prometheus
+from vllm_glassbox.slo import SloFile
 
 Key = tuple[str, str]  # (namespace, model_name); "" where a label is absent
 
@@ -48,6 +52,17 @@ COUNTERS = (
     s.SPEC_ACCEPTED,
 )
 BY = "namespace, model_name"
+#: The SLO rules' records (glassbox/slo_rules.yaml) an objective is read from.
+SLO_RECORD = "namespace_job_model_name_slo:glassbox_slo_"
+SLO_RECORDS = (
+    "target:ratio",
+    "error_ratio:",
+    "error_budget_remaining:ratio",
+    "boundary_missing:count",
+)
+#: The labels of an SLO record that say which objective of which model it is; the others
+#: (job, and aggregation labels such as cluster) tell its series apart.
+SLO_IDENTITY = ("__name__", "namespace", "model_name", "slo", "sli", "threshold")
 
 
 class NothingHere(LookupError):
@@ -156,6 +171,9 @@ def queries(sel: Selection) -> dict[str, str]:
         "scrape_failed": f"count by (namespace, job) (up{ns} == 0)",
         "startup": f"last_over_time({series.STARTUP.name}{m}{w})",
         "startup_stages": f"last_over_time({series.STARTUP_STAGE.name}{m}{w})",
+        # Now, as the alerts see them: each record is over windows of its own.
+        "slo": sel.selector(extra=f'__name__=~"{SLO_RECORD}({"|".join(SLO_RECORDS)}).*"'),
+        "slo_alerts": "ALERTS" + sel.selector(extra='alertname=~"VLLMSLO.+", alertstate="firing"'),
     }
     for counter in COUNTERS:
         q[f"increase/{counter}"] = " or ".join(
@@ -343,8 +361,101 @@ def scene_of(answers: Answers, key: Key, sel: Selection, gpu_memory: Reading | N
         kv_exhaustion=r("kv_exhaustion", key),
         spec_configured=bool(answers.by_key("spec").get(key)),
         startup=_startup(answers, key),
+        objectives=_objectives(answers, key),
         blind=blind,
     )
+
+
+def _series_text(labels: Mapping[str, str]) -> str:
+    """A record's series as a selector to run again: its name, its objective's labels and
+    the ones that tell its series apart."""
+    order = ("namespace", "job", "model_name", "slo")
+    keys = [k for k in order if k in labels]
+    keys += sorted(k for k in labels if k not in SLO_IDENTITY and k not in order)
+    matchers = ", ".join(f'{k}="{_escaped(labels[k])}"' for k in keys)
+    return f"{labels['__name__']}{{{matchers}}}"
+
+
+def _label_number(labels: Mapping[str, str], label: str) -> float | None:
+    try:
+        value = float(labels.get(label, ""))
+    except ValueError:
+        return None  # absent, or no number: unknown
+    return value if math.isfinite(value) else None
+
+
+def _objectives(answers: Answers, key: Key) -> tuple[ObjectiveState, ...]:
+    """Each objective of the model (and job…) its records show, with its alerts firing."""
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
+    for result in answers.by_key("slo").get(key, []):
+        labels = result["metric"]
+        value = _value(result)
+        if "slo" not in labels or not math.isfinite(value):
+            continue
+        others = tuple(sorted((k, v) for k, v in labels.items() if k not in SLO_IDENTITY))
+        state = found.setdefault(
+            (labels["slo"], others), {"sli": labels.get("sli", ""), "error_ratios": {}}
+        )
+        record = labels["__name__"].removeprefix(SLO_RECORD)
+        reading = Reading(value, _series_text(labels))
+        if record.startswith("error_ratio:"):
+            state["error_ratios"][record.removeprefix("error_ratio:")] = reading
+        else:
+            state[record.partition(":")[0]] = reading
+        threshold = _label_number(labels, "threshold")
+        if threshold is not None and "threshold" not in state:
+            target = _series_text({**labels, "__name__": f"{SLO_RECORD}target:ratio"})
+            state["threshold"] = Reading(threshold, f"{target}: label threshold")
+    alerts = answers.by_key("slo_alerts").get(key, [])
+    out = []
+    for (name, others), state in sorted(found.items()):
+        firing = sorted(
+            {
+                a["metric"].get("alertname", "")
+                for a in alerts
+                if a["metric"].get("slo") == name
+                and all(a["metric"].get(k) == v for k, v in others)
+            }
+        )
+        out.append(
+            ObjectiveState(
+                name,
+                state["sli"],
+                dict(others),
+                threshold=state.get("threshold"),
+                target=state.get("target"),
+                error_ratios=state["error_ratios"],
+                budget_remaining=state.get("error_budget_remaining"),
+                boundary_missing=state.get("boundary_missing"),
+                firing=tuple(firing),
+                alerts_source=answers.asked["slo_alerts"],
+            )
+        )
+    return tuple(out)
+
+
+def with_slo_file(scene: Scene, slo: SloFile) -> Scene:
+    """The scene with what an SLO file says of its model: each objective's own threshold
+    (the records have the bucket boundary counted), and the file's objectives of this model
+    that Prometheus has no record of."""
+    namespace, model = scene.scope.namespace, scene.scope.model or ""
+    objectives = list(scene.objectives)
+    for o in slo.objectives:
+        if o.namespace not in (None, namespace) or not o.applies_to(model):
+            continue
+        asked = (
+            Reading(o.threshold_seconds, f"{slo.source}: objective {o.name}, threshold")
+            if o.threshold_seconds is not None
+            else None
+        )
+        named = [i for i, state in enumerate(objectives) if state.name == o.name]
+        for i in named:
+            objectives[i] = replace(objectives[i], asked_in=slo.source, asked_threshold=asked)
+        if not named:
+            objectives.append(
+                ObjectiveState(o.name, o.sli, asked_in=slo.source, asked_threshold=asked)
+            )
+    return replace(scene, objectives=tuple(objectives))
 
 
 def _startup(answers: Answers, key: Key) -> dict[str, Reading]:

@@ -119,6 +119,11 @@ def heading(scope: Scope) -> str:
     )
 
 
+def _behind(findings: Sequence[Finding], finding: Finding) -> list[tuple[int, Finding]]:
+    """The findings `finding` names as usually behind it, with their place in the output."""
+    return [(i, other) for i, other in enumerate(findings, 1) if other.key in finding.see]
+
+
 def _confidence(finding: Finding) -> list[str]:
     lines = [f"assumes {a}" for a in finding.assumes]
     lines += [f"could not see {u}" for u in finding.unseen]
@@ -136,6 +141,11 @@ def text(explained: Sequence[Explained]) -> str:
             out.append(f"   {sentence(f.what)}")
             for change in f.change:
                 out.append(f"   → {sentence(change)}")
+            behind = _behind(scene.findings, f)
+            if behind:
+                out.append(
+                    "   usually behind it: " + "; ".join(f"{i}. {b.title}" for i, b in behind)
+                )
             evidence = f.evidence
             if evidence:
                 out.append("   evidence: " + "; ".join(evidence))
@@ -160,6 +170,10 @@ def markdown(explained: Sequence[Explained], level: int = 2) -> str:
                 out += ["What would change it:", ""]
                 out += [f"- {sentence(c)}" for c in f.change]
                 out.append("")
+            behind = _behind(scene.findings, f)
+            if behind:
+                named = "; ".join(f"*[{b.severity}] {b.title}*" for _, b in behind)
+                out += [f"Usually behind it: {named}.", ""]
             if f.evidence:
                 out += ["Evidence: " + "; ".join(f"`{e}`" for e in f.evidence), ""]
             confidence = _confidence(f)
@@ -226,6 +240,7 @@ def finding_json(f: Finding) -> dict[str, Any]:
         "assumes": list(f.assumes),
         "unseen": list(f.unseen),
         "runbook": f.runbook,
+        "see": list(f.see),
     }
 
 

@@ -100,6 +100,34 @@ class LabBaseline:
 
 
 @dataclass(frozen=True)
+class ObjectiveState:
+    """One service-level objective as its rules recorded it for this model (docs/slo.md):
+    one per objective and job (and aggregation label, such as cluster)."""
+
+    name: str  # the `slo` label
+    sli: str  # ttft, tpot, e2e or errors
+    labels: Mapping[str, str] = field(default_factory=dict)  # job (cluster…): its series
+    threshold: Reading | None = None  # seconds: the bucket boundary counted (`threshold`)
+    target: Reading | None = None  # the share of requests that must be good
+    #: The share that missed it, by the record's window: rate5m … rate3d, period.
+    error_ratios: Mapping[str, Reading] = field(default_factory=dict)
+    budget_remaining: Reading | None = None  # 1 untouched, 0 spent, below 0 overspent
+    boundary_missing: Reading | None = None  # series of vLLM's histogram without its bucket
+    firing: tuple[str, ...] = ()  # its alerts firing now (ALERTS)
+    alerts_source: str | None = None  # where their state was read
+    # With an SLO file given (`glassbox explain --slo`): the file, and its threshold.
+    asked_in: str | None = None
+    asked_threshold: Reading | None = None
+
+    @property
+    def recorded(self) -> bool:
+        """Whether Prometheus has any of its records."""
+        return bool(
+            self.target or self.error_ratios or self.budget_remaining or self.boundary_missing
+        )
+
+
+@dataclass(frozen=True)
 class Scene:
     scope: Scope
     #: Counter increases over the window, the engines summed; None: no counters read.
@@ -130,6 +158,8 @@ class Scene:
     spec_configured: bool = False
     # The latest start of vLLM, by stage (derive.STARTUP_STAGES) and "total", seconds.
     startup: Mapping[str, Reading] = field(default_factory=dict)
+    # Service-level objectives of this model (their rules' records, docs/slo.md).
+    objectives: tuple[ObjectiveState, ...] = ()
     # What glassbox could not read.
     blind: tuple[Blind, ...] = ()
     lab: LabBaseline | None = None
@@ -183,11 +213,48 @@ def scene_to_json(scene: Scene) -> JSON:
         "startup": {stage: _reading_json(r) for stage, r in scene.startup.items()},
         "blind": [vars(b).copy() for b in scene.blind],
     }
+    if scene.objectives:
+        body["objectives"] = [_objective_json(o) for o in scene.objectives]
     if scene.lab is not None:
         lab = vars(scene.lab).copy()
         lab["variants"] = [vars(v).copy() for v in scene.lab.variants]
         body["lab"] = lab
     return body
+
+
+def _objective_json(o: ObjectiveState) -> JSON:
+    return {
+        "name": o.name,
+        "sli": o.sli,
+        "labels": dict(o.labels),
+        "threshold": _reading_json(o.threshold),
+        "target": _reading_json(o.target),
+        "error_ratios": {w: _reading_json(r) for w, r in o.error_ratios.items()},
+        "budget_remaining": _reading_json(o.budget_remaining),
+        "boundary_missing": _reading_json(o.boundary_missing),
+        "firing": list(o.firing),
+        "alerts_source": o.alerts_source,
+        "asked_in": o.asked_in,
+        "asked_threshold": _reading_json(o.asked_threshold),
+    }
+
+
+def _objective(data: Mapping[str, Any]) -> ObjectiveState:
+    ratios = {w: r for w, raw in dict(data.get("error_ratios", {})).items() if (r := _reading(raw))}
+    return ObjectiveState(
+        name=str(data["name"]),
+        sli=str(data["sli"]),
+        labels={str(k): str(v) for k, v in dict(data.get("labels", {})).items()},
+        threshold=_reading(data.get("threshold")),
+        target=_reading(data.get("target")),
+        error_ratios=ratios,
+        budget_remaining=_reading(data.get("budget_remaining")),
+        boundary_missing=_reading(data.get("boundary_missing")),
+        firing=tuple(str(a) for a in data.get("firing", [])),
+        alerts_source=data.get("alerts_source"),
+        asked_in=data.get("asked_in"),
+        asked_threshold=_reading(data.get("asked_threshold")),
+    )
 
 
 def scene_from_json(data: Mapping[str, Any]) -> Scene:
@@ -217,6 +284,7 @@ def scene_from_json(data: Mapping[str, Any]) -> Scene:
             for stage, raw in dict(data.get("startup", {})).items()
             if (r := _reading(raw)) is not None
         },
+        objectives=tuple(_objective(o) for o in data.get("objectives", [])),
         blind=tuple(Blind(**b) for b in data.get("blind", [])),
         lab=lab,
     )

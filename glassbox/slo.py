@@ -79,6 +79,41 @@ BUCKET_FAMILIES = (
 #: one's. A target whose budget times the factor reaches 1 can never burn that fast.
 FAST_BURN, SLOW_BURN = 14.4, 6.0
 
+
+@dataclass(frozen=True)
+class BurnClause:
+    """One clause of a burn alert: the error ratio over each of its windows (the records'
+    suffixes, the long one first) above `factor` × the error budget."""
+
+    windows: tuple[str, ...]
+    factor: float
+
+
+_BURN_TERM = re.compile(r"glassbox_slo_error_ratio:(\w+)\{[^}]*\} / @BUDGET@ > ([0-9.]+)")
+_OR = re.compile(r"^\s*or\s*$", re.MULTILINE)
+
+
+def _burn_alerts(text: str) -> dict[str, tuple[BurnClause, ...]]:
+    out = {}
+    for group in yaml.safe_load(text)["groups"]:
+        for rule in (r for r in group["rules"] if "alert" in r):
+            clauses = []
+            for clause in _OR.split(str(rule["expr"])):
+                terms = _BURN_TERM.findall(clause)
+                factors = {float(factor) for _, factor in terms}
+                if len(factors) > 1:
+                    raise ValueError(f"{rule['alert']}: one factor a clause, not {factors}")
+                if terms:
+                    clauses.append(BurnClause(tuple(w for w, _ in terms), factors.pop()))
+            if clauses:
+                out[str(rule["alert"])] = tuple(clauses)
+    return out
+
+
+#: The burn alerts, most urgent first, each as its clauses (any one fires it), read from
+#: the rule template: what `glassbox explain` judges a burn by is what the alerts fire on.
+BURN_ALERTS = _burn_alerts(template_text())
+
 # The grammar the chart's schema and template read too (values.schema.json, _slo.tpl).
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 NAMESPACE = NAME

@@ -9,8 +9,10 @@ ngram speculation and a 4,096-token pool, the exporter, Debian's Prometheus scra
 both every second), recorded at the end of each of its moments (`stack_moments`): idle,
 the speculative requests, the flood, the slow fill. fleet: the fleet benchmark's
 simulator (tests/fleet.py: vLLM 0.32 captures moving as under load, the real exporter's
-page, one pod in ten under KV pressure), scraped every 15 s with the rules loaded; the
-whole fleet and one model of one namespace.
+page, one pod in ten under KV pressure), scraped every 15 s with the rules loaded and those
+of an SLO file (FLEET_SLO, every group at the 30 s interval: a budget group's 5 minutes
+would outlast the capture); the whole fleet and one model of one namespace. The stack
+loads its own SLO rules (tests/realstack.py: STACK_SLO).
 """
 
 from __future__ import annotations
@@ -23,18 +25,21 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
 from vllm_glassbox.explain.from_prometheus import Selection, read_scenes
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
 
 from tests.fleet import Fleet, plan_pods, serve
 from tests.prometheus_replay import RECORDINGS, RecordingPrometheus, save
-from tests.realstack import REPO, RealStack, real_stack
+from tests.realstack import REPO, RealStack, real_stack, write_slo_rules
 
 FLEET_PODS = 20
 FLEET_WARMUP_SECONDS = 200.0
 FLEET_SINCE_SECONDS = 180.0
 #: The fleet's model and namespace of a pod under pressure (tests/fleet.py: pod 9).
 FLEET_ONE = ("team-1", "model-0")
+#: The fleet's SLO file: its rules are loaded, and the replays give it to --slo.
+FLEET_SLO = RECORDINGS / "fleet-slo.yaml"
 
 
 def stack_moments(stack: RealStack) -> dict[str, tuple[float, float]]:
@@ -79,9 +84,10 @@ def capture_stack(workdir: Path) -> None:
 def capture_fleet(workdir: Path) -> None:
     fleet = Fleet(plan_pods(FLEET_PODS, namespaces=2, models=4))
     with serve(fleet) as serving:
+        slo_rules = write_slo_rules(workdir, yaml.safe_load(FLEET_SLO.read_text()), "fleet")
         config = {
             "global": {"scrape_interval": "15s", "evaluation_interval": "30s"},
-            "rule_files": sorted(str(p) for p in (REPO / "alerts").glob("*.yaml")),
+            "rule_files": [*sorted(str(p) for p in (REPO / "alerts").glob("*.yaml")), slo_rules],
             "scrape_configs": serving.scrape_configs("15s", "10s"),
         }
         with PrometheusProcess(workdir, config) as prometheus:
@@ -99,8 +105,9 @@ def capture_fleet(workdir: Path) -> None:
                     "captured": datetime.date.today().isoformat(),
                     "how": "tests/capture_prometheus.py fleet: tests/fleet.py's simulator, "
                     f"{FLEET_PODS} pods over 2 namespaces and 4 models (one pod in ten under "
-                    "KV pressure), Debian's Prometheus scraping every 15 s with alerts/*.yaml, "
-                    f"{FLEET_WARMUP_SECONDS:g} s after it started",
+                    "KV pressure), Debian's Prometheus scraping every 15 s with alerts/*.yaml "
+                    f"and {FLEET_SLO.name}'s rules, {FLEET_WARMUP_SECONDS:g} s after it started",
+                    "slo": FLEET_SLO.name,
                     "at": at,
                     "since": FLEET_SINCE_SECONDS,
                     "namespace": namespace,

@@ -241,13 +241,15 @@ def start_prometheus(
     return PrometheusProcess(workdir, scrape_config(targets, rule_files=rule_files), port).start()
 
 
-def write_slo_rules(workdir: Path) -> str:
-    """STACK_SLO's rules as `glassbox rules --slo` writes them, every group at the stack's
-    one-second interval (a budget group's 5 minutes would outlast the run)."""
-    document = yaml.safe_load(slo_rule_file_text(slo.parse(STACK_SLO, "stack"), "stack", []))
+def write_slo_rules(
+    workdir: Path, objectives: dict[str, Any] = STACK_SLO, name: str = "stack"
+) -> str:
+    """An SLO file's rules (STACK_SLO's by default) as `glassbox rules --slo` writes them,
+    every group at the global interval (a budget group's 5 minutes would outlast a run)."""
+    document = yaml.safe_load(slo_rule_file_text(slo.parse(objectives, name), name, []))
     for group in document["groups"]:
         group.pop("interval", None)
-    path = workdir / "stack-slo.rules.yaml"
+    path = workdir / f"{name}-slo.rules.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
     return str(path)
 

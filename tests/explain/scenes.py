@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vllm_glassbox.explain.scene import Reading, Scene, Scope, Window
+from vllm_glassbox.explain.scene import ObjectiveState, Reading, Scene, Scope, Window
 from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.derive import Increase
 
@@ -126,3 +126,129 @@ def idle() -> Scene:
 
 def with_startup(scene: Scene, **stages: float) -> Scene:
     return replace(scene, startup={k: r(v) for k, v in stages.items()})
+
+
+RECORD = "namespace_job_model_name_slo:glassbox_slo_"
+ALERTS = 'ALERTS{alertname=~"VLLMSLO.+", alertstate="firing"}'
+
+
+def objective(
+    name: str,
+    sli: str,
+    target: float,
+    threshold: float | None = None,
+    budget: float | None = None,
+    missing: float | None = None,
+    firing: tuple[str, ...] = (),
+    **ratios: float,
+) -> ObjectiveState:
+    """An objective as its records would show it: the error ratio over each window
+    (rate5m=…, rate1h=…, period=…), the target, the budget left."""
+    where = f'{{job="vllm", model_name="tiny", slo="{name}"}}'
+    return ObjectiveState(
+        name,
+        sli,
+        {"job": "vllm"},
+        threshold=None if threshold is None else r(threshold, f"{RECORD}target:ratio{where}"),
+        target=r(target, f"{RECORD}target:ratio{where}"),
+        error_ratios={w: r(v, f"{RECORD}error_ratio:{w}{where}") for w, v in ratios.items()},
+        budget_remaining=(
+            None if budget is None else r(budget, f"{RECORD}error_budget_remaining:ratio{where}")
+        ),
+        boundary_missing=(
+            None if missing is None else r(missing, f"{RECORD}boundary_missing:count{where}")
+        ),
+        firing=firing,
+        alerts_source=ALERTS,
+    )
+
+
+def fast_e2e() -> ObjectiveState:
+    """Whole requests within 20 s for 95 %: 80 % missed over the hour, 90 % over the last
+    five minutes (burns of 16 and 18, both above 14.4), 40 % over six hours and 90 % over
+    thirty minutes (8 and 18, above 6): both pages fire. 4 % missed over the period: a
+    fifth of the budget is left."""
+    return objective(
+        "chat-e2e",
+        "e2e",
+        0.95,
+        threshold=20.0,
+        budget=0.2,
+        firing=("VLLMSLOFastBurn", "VLLMSLOSlowBurn"),
+        rate5m=0.9,
+        rate30m=0.9,
+        rate1h=0.8,
+        rate2h=0.5,
+        rate6h=0.4,
+        rate1d=0.1,
+        rate3d=0.04,
+        period=0.04,
+    )
+
+
+def slow_ttft() -> ObjectiveState:
+    """First tokens within 500 ms for 99 %: 10 % missed over the hour (a burn of 10, under
+    14.4), 7 % over six hours and 8 % over thirty minutes (7 and 8, above 6): a slow burn.
+    3 % missed over the period: three times the budget spent."""
+    return objective(
+        "chat-ttft",
+        "ttft",
+        0.99,
+        threshold=0.5,
+        budget=-2.0,
+        firing=("VLLMSLOSlowBurn",),
+        rate5m=0.2,
+        rate30m=0.08,
+        rate1h=0.1,
+        rate2h=0.05,
+        rate6h=0.07,
+        rate1d=0.02,
+        rate3d=0.03,
+        period=0.03,
+    )
+
+
+def ticket_tpot() -> ObjectiveState:
+    """Each request's time per output token within 75 ms for 99 %: 1.5 % missed over three
+    days and 2 % over six hours (1.5 and 2, above 1), 1.5 % over a day (under 3): a ticket.
+    Prometheus shows no alert firing."""
+    return objective(
+        "chat-tpot",
+        "tpot",
+        0.99,
+        threshold=0.075,
+        budget=0.5,
+        rate5m=0.02,
+        rate30m=0.02,
+        rate1h=0.02,
+        rate2h=0.02,
+        rate6h=0.02,
+        rate1d=0.015,
+        rate3d=0.015,
+        period=0.005,
+    )
+
+
+def kept_errors() -> ObjectiveState:
+    """No request aborted, failed or refused beyond 0.05 % of them for 99.9 %: a burn of
+    0.5 over the hour; nine tenths of the budget left."""
+    return objective(
+        "chat-errors", "errors", 0.999, budget=0.9, rate5m=0.0, rate1h=0.0005, period=0.0001
+    )
+
+
+def missing_tpot() -> ObjectiveState:
+    """A TPOT objective at 60 ms on a vLLM without that bucket (its default buckets have
+    none at 0.06): 8 series without it, no error ratio recorded."""
+    return objective(
+        "chat-tpot-custom",
+        "tpot",
+        0.99,
+        threshold=0.06,
+        missing=8.0,
+        firing=("VLLMSLOBoundaryMissing",),
+    )
+
+
+def with_objectives(scene: Scene, *objectives: ObjectiveState) -> Scene:
+    return replace(scene, objectives=objectives)

@@ -118,6 +118,24 @@ def test_a_bad_lab_file_is_status_7(tmp_path: Path, content: str | None, words: 
 
 
 @pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (None, ["cannot be read"]),
+        ("objectives: [{name: x, sli: ttft, target: 99%}]", ["objectives[0].threshold"]),
+        ("objectives: [{name: x, sli: latency, target: 2}]", ["objectives[0].sli", "target"]),
+    ],
+)
+def test_a_bad_slo_file_is_status_8_naming_each_problem(
+    tmp_path: Path, content: str | None, words: list[str]
+) -> None:
+    path = tmp_path / "slo.yaml"
+    if content is not None:
+        path.write_text(content)
+    url = f"http://127.0.0.1:{free_port()}"
+    _refused(explain(["--prometheus", url, "--slo", str(path)]), cli.EXIT_SLO, str(path), *words)
+
+
+@pytest.mark.parametrize(
     "args",
     [
         [],
@@ -126,6 +144,7 @@ def test_a_bad_lab_file_is_status_7(tmp_path: Path, content: str | None, words: 
         ["--prometheus", "http://a", "--since", "soon"],
         ["--prometheus", "http://a", "--at", "tomorrow"],
         ["--exporter", "http://a", "--namespace", "x"],
+        ["--exporter", "http://a", "--slo", "slo.yaml"],
         ["--prometheus", "http://a", "--format", "yaml"],
         ["--prometheus", "http://a", "--gpu-memory", "-1"],
     ],

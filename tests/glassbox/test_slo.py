@@ -407,3 +407,25 @@ def test_burn_rate_and_budget_remaining_by_hand() -> None:
     assert derive.error_budget_remaining(0.02, 0.99) == pytest.approx(-1.0)  # overspent
     assert derive.burn_rate(None, 0.99) is None
     assert derive.slo_error_ratio(derive.requests_over_threshold(60, 57), 60) == pytest.approx(0.05)
+
+
+def test_the_burn_alerts_are_read_from_the_rule_template_as_the_workbook_has_them() -> None:
+    """The SRE workbook's windows and factors, as the template's alert expressions say them:
+    what glassbox explain judges a burn by (explain/diagnoses.py)."""
+    clauses = {
+        alert: [(c.windows, c.factor) for c in found] for alert, found in slo.BURN_ALERTS.items()
+    }
+    assert clauses == {
+        "VLLMSLOFastBurn": [(("rate1h", "rate5m"), 14.4)],
+        "VLLMSLOSlowBurn": [(("rate6h", "rate30m"), 6.0)],
+        "VLLMSLOTicketBurn": [(("rate1d", "rate2h"), 3.0), (("rate3d", "rate6h"), 1.0)],
+    }
+    assert clauses["VLLMSLOFastBurn"][0][1] == slo.FAST_BURN
+    assert clauses["VLLMSLOSlowBurn"][0][1] == slo.SLOW_BURN
+
+
+def test_a_burn_clause_of_two_factors_is_refused() -> None:
+    template = slo.template_text().replace("@BUDGET@ > 14.4\n", "@BUDGET@ > 14\n", 1)
+    assert template != slo.template_text()
+    with pytest.raises(ValueError, match="VLLMSLOFastBurn: one factor a clause"):
+        slo._burn_alerts(template)
