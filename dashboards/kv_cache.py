@@ -175,7 +175,8 @@ def kv_headroom_at_completion() -> Panel:
         f"Per engine: {help_of('glassbox_kv_cache_headroom_requests_at_completion')} Below 0 "
         "while the pool fills (Time until the KV pool is full) is the warning of "
         "VLLMKVCacheExhaustionForecast; below 0 in a steady state is a pool whose requests "
-        "finish at staggered times.",
+        "finish at staggered times. Empty until a request finishes within the exporter's "
+        "window.",
         [Q(q.KV_HEADROOM_AT_COMPLETION, ENGINE_LEGEND)],
         NUMBER,
     )
@@ -185,7 +186,8 @@ def request_size_at_completion() -> Panel:
     return timeseries(
         "Size a request reaches when it finishes",
         f"Per engine: {help_of('glassbox_request_size_at_completion_tokens')} What the "
-        "forecast prices every running request at.",
+        "forecast prices every running request at. Empty until a request finishes within the "
+        "exporter's window.",
         [Q(q.REQUEST_SIZE_AT_COMPLETION, ENGINE_LEGEND)],
         TOKENS,
     )

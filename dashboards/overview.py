@@ -144,7 +144,9 @@ def findings() -> Panel:
         "info, ok). Each exporter judges its own server over its window; the sentences, "
         "their numbers, the evidence and what would change each: `glassbox explain "
         "--exporter URL` for one server, or `glassbox explain --prometheus URL` for a model "
-        "across its replicas, its service-level objectives with it (docs/explain.md).",
+        "across its replicas, its service-level objectives with it (docs/explain.md). Empty "
+        "when no exporter was scraped at the end of the range: the table shows the latest "
+        "poll.",
         [Q(q.FINDINGS)],
         ["namespace", "instance", "model_name", "severity", "diagnosis", "finding"],
     )

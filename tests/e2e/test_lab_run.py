@@ -97,10 +97,12 @@ def test_local_backend_runs_all_three_phases_on_the_real_vllm(tmp_path: Path) ->
     assert max(p["waiting"] for p in kv["timeline"]) > 0
     # The preemptions prove the pool ran out; the polls only sample the gauge (requests
     # grow in lockstep, several are preempted in one step and free their blocks), so each
-    # sample is a fraction and a poll that saw a queue saw blocks held.
+    # sample is a fraction, and polls saw a queue beside blocks held. Not every such poll:
+    # on a loaded CI machine one page showed requests waiting beside an empty pool (vLLM's
+    # own gauges, of one step), so the lab records what vLLM published and judges acts.
     usage = [p["kv_cache_usage"] for p in kv["timeline"]]
     assert all(0 <= u <= 1 for u in usage)
-    assert all(p["kv_cache_usage"] > 0 for p in kv["timeline"] if p["waiting"] > 0)
+    assert any(p["kv_cache_usage"] > 0 for p in kv["timeline"] if p["waiting"] > 0)
     assert "preemption storm" in [a["name"] for a in kv["acts"]]
     assert kv["timeline"][-1]["generated_tokens"] >= 12 * 600
 
