@@ -68,6 +68,7 @@ class PollState:
     cold_start: ColdStart | None = None  # the latest start in vLLM's log
     first_requests: Mapping[EngineKey, FirstRequests] = field(default_factory=dict)
     polled_at: float | None = None  # monotonic time of the latest poll (windows end there)
+    last_restart_unix: float | None = None  # when a poll last saw vLLM restart
     #: Shapes of the target itself glassbox cannot read (several servers behind it), with
     #: what shows them.
     target_shapes: Mapping[str, str] = field(default_factory=dict)
@@ -258,6 +259,8 @@ def self_families(state: PollState) -> list[Metric]:
         errors.add_metric([reason], state.errors.get(reason, 0))
     families.append(errors)
     families.append(series.TARGET_RESTARTS.single(state.restarts))
+    if state.last_restart_unix is not None:
+        families.append(series.LAST_RESTART.single(state.last_restart_unix))
     if state.last_success_unix is not None:
         families.append(series.LAST_SUCCESS.single(state.last_success_unix))
     families.append(

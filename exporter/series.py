@@ -108,6 +108,11 @@ TARGET_RESTARTS = counter(
     "Restarts of vLLM seen: process_start_time_seconds changed, or a _total or "
     "_count counter of an engine went down.",
 )
+LAST_RESTART = gauge(
+    "glassbox_target_last_restart_timestamp_seconds",
+    "Unix time of the poll that last saw vLLM restart (one of "
+    "glassbox_target_restarts_total); absent until this exporter saw one.",
+)
 LAST_SUCCESS = gauge(
     "glassbox_last_scrape_success_timestamp_seconds", "Unix time of the last successful poll."
 )
@@ -391,6 +396,7 @@ ALL: tuple[Family, ...] = (
     WINDOW,
     SCRAPE_ERRORS,
     TARGET_RESTARTS,
+    LAST_RESTART,
     LAST_SUCCESS,
     BUILD_INFO,
     VLLM_INFO,

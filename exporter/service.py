@@ -150,6 +150,7 @@ class Poller:
         self.filtered_page: bool | None = None
         self.vllm_version: str | None = None
         self.last_success_unix: float | None = None
+        self.last_restart_unix: float | None = None
         self._failing: str | None = None  # reason of the failure in progress
         self._failed_since = False  # a poll failed since the last one that succeeded
         self._refused_since = False  # ... with a refused connection: the process was gone
@@ -333,6 +334,8 @@ class Poller:
             self.first_requests.observe(snapshot, received, restarted)
             self.polled_at = received
             self.last_success_unix = time.time()
+            if restarted:
+                self.last_restart_unix = self.last_success_unix
             if restarted or self.vllm_version is None:
                 self.vllm_version = self._fetch_version(deadline - time.monotonic())
         if self.log_follower is not None:
@@ -452,6 +455,7 @@ class Poller:
             errors=dict(self.errors),
             restarts=self.history.restarts,
             last_success_unix=self.last_success_unix,
+            last_restart_unix=self.last_restart_unix,
             snapshot=snapshot,
             increases=increases,
             steps_per_api_server=steps_shape,

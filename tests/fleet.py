@@ -243,7 +243,12 @@ class Fleet:
                 out.append(start + 0.2 * elapsed)  # a failed poll every 5 s
             else:
                 out.append(values.get(name, start))
-        return t.render(out)
+        text = t.render(out)
+        if restarted and pod.restart_after is not None:
+            # Absent from the captured page (it saw no restart): the poll that saw this one.
+            name = "glassbox_target_last_restart_timestamp_seconds"
+            text += f"# TYPE {name} gauge\n{name} {self.started + pod.restart_after!r}\n"
+        return text
 
 
 _PATH = re.compile(r"^/pods/(\d+)/(vllm|glassbox)$")

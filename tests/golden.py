@@ -17,6 +17,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 #: Families whose values depend on when and where the test runs, not on the pages.
 VOLATILE_PREFIXES = (
     "glassbox_last_scrape_success_timestamp_seconds",  # time.time()
+    "glassbox_target_last_restart_timestamp_seconds",  # time.time() of a poll
     "glassbox_scrape_duration_seconds",  # a measured duration
     "glassbox_build_info",  # the package version
     "process_",  # the test process itself

@@ -6,6 +6,7 @@ the poll was sent), so rates over the window are the raw pages' arithmetic.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 import pytest
@@ -116,6 +117,29 @@ def test_one_restart_is_a_restart_not_several_servers() -> None:
     # The window since the restart: the speculating server's own counters, by hand.
     per_pass = _published(poller, "glassbox_tokens_per_forward_pass")
     assert per_pass == (512 - 2) / 104
+
+
+def test_the_poll_that_saw_a_restart_is_published_as_its_time_and_kept_until_the_next() -> None:
+    spec = ["cpu-0.32/spec-idle.txt", "cpu-0.32/spec-after-1x256.txt", SPEC]
+    clock = Clock()
+    poller = Poller(
+        config(),
+        fetcher=PageSequence([page(PLAIN), *[page(n) for n in spec]], "0.32.0"),
+        clock=clock,
+    )
+    seen: list[float | None] = []
+    for _ in range(4):
+        before = time.time()
+        poller.poll_once()
+        seen.append(_published(poller, "glassbox_target_last_restart_timestamp_seconds"))
+        if seen[-1] is not None and seen[-2] is None:
+            assert before <= seen[-1] <= time.time()  # the wall time of the poll that saw it
+        clock.now += 10.0
+    # Absent before the restart (the first process), set by the poll of the new one, and
+    # the same at the polls after it.
+    assert seen[:2] == [None, seen[1]] and seen[1] is not None
+    assert seen[2] == seen[3] == seen[1]
+    assert _published(poller, "glassbox_target_restarts_total") == 1
 
 
 def test_a_restart_without_a_process_start_time_is_seen_by_the_refused_connection() -> None:

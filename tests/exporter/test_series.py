@@ -68,6 +68,7 @@ def everything_known() -> PollState:
         errors={},
         restarts=0,
         last_success_unix=1.0,
+        last_restart_unix=0.5,
         snapshot=snapshot,
         increases={key: Increase(counters, WINDOW_SECONDS)},
         weights=Weights(1.0, "flag", active_bytes=0.5),  # mixture of experts: every family

@@ -98,18 +98,24 @@ class Case:
 
     def series(self, start: float) -> list[Series]:
         """The input series as samples from `start`, one per interval; missed scrapes
-        left out."""
+        left out. Values that are Unix times (promtool's clock starts at 0) move with
+        the case, so that `time() - x` means what it meant to promtool."""
         return [
             (
                 labels,
                 [
-                    (start + i * self.sample_interval, v)
+                    (start + i * self.sample_interval, v + (start if _is_unix_time(labels) else 0))
                     for i, v in enumerate(values)
                     if v is not None
                 ],
             )
             for labels, values in self.input_series
         ]
+
+
+def _is_unix_time(labels: dict[str, str]) -> bool:
+    name = labels.get("__name__", "")
+    return name.endswith("_timestamp_seconds") or name == "process_start_time_seconds"
 
 
 def _label_set(labels: dict[str, Any]) -> frozenset[tuple[str, str]]:

@@ -729,7 +729,18 @@ def exporter_series_names(tmp_path_factory: pytest.TempPathFactory) -> frozenset
         finally:
             poller.fetcher.close()
     assert [d.seconds for d in poller.history.increases().values()] == [30.0]
-    return frozenset(s.name for family in poller.published for s in family.samples)
+    names = {s.name for family in poller.published for s in family.samples}
+    # What only a restart publishes: another server's page after the first.
+    restart = [fixture_page("cpu-0.32/spec-idle.txt"), fixture_page("cpu-0.32/plain-idle.txt")]
+    with serve_pages(restart) as url:
+        restarted = Poller(ExporterConfig(target=url, interval_seconds=30.0))
+        try:
+            assert restarted.poll_once() and restarted.poll_once()
+        finally:
+            restarted.fetcher.close()
+    assert restarted.history.restarts == 1
+    names |= {s.name for family in restarted.published for s in family.samples}
+    return frozenset(names)
 
 
 # --- teams apart: two namespaces, and more aggregation labels -----------------------------
