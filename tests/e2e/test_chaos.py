@@ -252,6 +252,12 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
             "derived series back",
         )
         t["vllm_back"] = time.time()
+        # Prometheus has scraped the restart the exporter saw (an exporter restarted before
+        # any scrape took it leaves no trace of it: that is no fault of the rules).
+        wait_until(
+            lambda: bool(run.query("glassbox_target_last_restart_timestamp_seconds > 0")),
+            "the exporter's restart scraped",
+        )
 
         # The exporter, restarted; traffic until its new window spans MIN_SPAN_SECONDS.
         t["exporter_stop"] = time.time()
