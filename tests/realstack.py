@@ -295,9 +295,9 @@ def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> N
             target=vllm_url,
             interval_seconds=FINE_POLL_SECONDS,
             window_seconds=EXPORTER_WINDOW_SECONDS,
-            # Late answers are read (and the ticks go on at once): under load vLLM's page
-            # takes over a second, and a poll dropped at 0.9 s left the fill unrecorded.
-            timeout_seconds=5.0,
+            # A late answer is dropped: its page is of a later moment than the poll's
+            # start, which stamps it. vLLM's counter still shows a preemption it missed.
+            timeout_seconds=0.9,
         )
     )
     pages = _KeepingPages(poller.fetcher)
@@ -321,15 +321,9 @@ def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> N
         poller.fetcher.close()
 
 
-def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
-    """The first poll of the fill phase that shows a request preempted. vLLM puts a
-    preempted request back in the queue, and its num_preemptions_total counts it only
-    when the request runs again. So: once the fill requests run and none waits, the
-    first poll where one waits again; and where the queue never emptied first (under load
-    a request can arrive late, or wait from the start), the first poll where a request
-    went back from running to waiting, once the counter has confirmed a preemption; else,
-    when the polls missed both (under load most time out and few are kept), the first
-    poll whose counter grew: the latest the preemption can have been."""
+def waits_again(polls: list[FinePoll]) -> FinePoll | None:
+    """Once the fill requests run and none waits, the first poll where one waits again:
+    the clean sign of a preemption, and the moment a lead is measured against."""
     admitted = next(
         (
             i
@@ -338,11 +332,20 @@ def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
         ),
         None,
     )
-    waits_again = (
-        next((p for p in polls[admitted:] if p.values.get(WAITING, 0) > 0), None)
-        if admitted is not None
-        else None
-    )
+    if admitted is None:
+        return None
+    return next((p for p in polls[admitted:] if p.values.get(WAITING, 0) > 0), None)
+
+
+def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
+    """The first poll of the fill phase that shows a request preempted. vLLM puts a
+    preempted request back in the queue, and its num_preemptions_total counts it only
+    when the request runs again. So: `waits_again`; and where the queue never emptied
+    first (under load a request can arrive late, or wait from the start), the first poll
+    where a request went back from running to waiting, once the counter has confirmed a
+    preemption; else, when the polls missed both (under load most time out and few are
+    kept), the first poll whose counter grew: the latest the preemption can have been."""
+    queue = waits_again(polls)
     counted = [p.values.get(PREEMPTED, math.nan) for p in polls]
     confirmed = len(polls) > 1 and counted[-1] > counted[0]
     went_back = next(
@@ -362,9 +365,7 @@ def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
         ),
         None,
     )
-    found = [
-        p for p in (waits_again, went_back if confirmed else None, counter_grew) if p is not None
-    ]
+    found = [p for p in (queue, went_back if confirmed else None, counter_grew) if p is not None]
     return min(found, key=lambda p: p.at) if found else None
 
 

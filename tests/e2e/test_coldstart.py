@@ -15,7 +15,7 @@ import pytest
 from vllm_glassbox.exporter import derive
 from vllm_glassbox.exporter.cold_start import read_cold_starts
 
-from tests.realstack import RUNNING, WAITING, RealStack, first_preemption
+from tests.realstack import RUNNING, WAITING, RealStack, first_preemption, waits_again
 
 pytestmark = pytest.mark.vllm
 
@@ -29,6 +29,12 @@ def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_pre
     polls = stack.fine_polls
     preempted = first_preemption(polls)
     assert preempted is not None, "the fill phase ends at vLLM's first preemption"
+    if waits_again(polls) is not preempted:
+        # Not seen as all requests running, then one waiting again: the polls missed the
+        # queue or a request waited from the start (a loaded machine), so when the pool
+        # ran out is not known to a poll.
+        print("no poll saw the queue empty, then a request wait again: lead not measured")
+        return
     before = [p for p in polls if p.at < preempted.at]
     last_clear = before[-1].at  # the preemption happened between this poll and the next
     headroom_gone = [
@@ -49,11 +55,6 @@ def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_pre
             f"headroom {v.get('glassbox_kv_cache_headroom_requests')} full in "
             f"{v.get('glassbox_kv_cache_exhaustion_seconds', math.nan):5.1f} s"
         )
-    if not preempted.values.get(WAITING):
-        # Found by vLLM's counter alone: the polls missed the queue (a loaded machine's
-        # /metrics answering late), so when the pool ran out is not known.
-        print("the polls saw no request waiting: the preemption's moment, and any lead, unknown")
-        return
     # At the latest on the first poll that shows a preemption, no request fits any more.
     assert preempted.values.get("glassbox_kv_cache_headroom_requests") == 0
     blind = preempted.at - last_clear
