@@ -94,15 +94,18 @@ def test_local_backend_runs_all_three_phases_on_the_real_vllm(tmp_path: Path) ->
 
     assert kv["completed"] == 12 and kv["kv_cache_tokens"] == 4096
     assert kv["preemptions_total"] > 0 and kv["max_preemption_jump"] >= 1
-    assert max(p["waiting"] for p in kv["timeline"]) > 0
-    # The preemptions prove the pool ran out; the polls only sample the gauge (requests
-    # grow in lockstep, several are preempted in one step and free their blocks), so each
-    # sample is a fraction, and polls saw a queue beside blocks held. Not every such poll:
-    # on a loaded CI machine one page showed requests waiting beside an empty pool (vLLM's
-    # own gauges, of one step), so the lab records what vLLM published and judges acts.
+    # The preemptions prove the pool ran out (vLLM queues a preempted request again); the
+    # polls only sample the gauges (requests grow in lockstep, several are preempted in
+    # one step and free their blocks), so each sample is a fraction, and on a loaded
+    # machine the polls can miss the queue altogether (a clean-clone run: every poll 0
+    # waiting, preemptions counted). Where polls saw a queue, some saw blocks held beside
+    # it, not all: one page showed requests waiting beside an empty pool (vLLM's own
+    # gauges, of one step). The lab records what vLLM published and judges acts by it.
     usage = [p["kv_cache_usage"] for p in kv["timeline"]]
     assert all(0 <= u <= 1 for u in usage)
-    assert any(p["kv_cache_usage"] > 0 for p in kv["timeline"] if p["waiting"] > 0)
+    queued = [p for p in kv["timeline"] if p["waiting"] > 0]
+    if queued:
+        assert any(p["kv_cache_usage"] > 0 for p in queued)
     assert "preemption storm" in [a["name"] for a in kv["acts"]]
     assert kv["timeline"][-1]["generated_tokens"] >= 12 * 600
 
