@@ -7,7 +7,10 @@ pool's usage, the queue and preemptions, from the empty pool to the last answer.
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from vllm_glassbox.exporter.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.base import PhaseFailed, Services, describe_error
@@ -21,7 +24,7 @@ from vllm_glassbox.lab.experiments.pool_forecasts import (
     judge_timeline,
 )
 from vllm_glassbox.lab.progress import number_text
-from vllm_glassbox.lab.vllm.client import Sampler
+from vllm_glassbox.lab.vllm.client import Completion, Sampler
 
 
 def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
@@ -55,11 +58,20 @@ def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
 
         lab.progress.status(f"flood of {phase.concurrency} requests")
         pool = concurrent.futures.ThreadPoolExecutor(phase.concurrency, "flood")
+        together = threading.Barrier(phase.concurrency)
+
+        def send(body: Mapping[str, Any]) -> Completion:
+            # Sent together, however busy the client's machine: threads that start late
+            # found the first requests finished and the pool never full (seen on 2 cores:
+            # 12 requests, at most 4 running, no preemption).
+            together.wait(timeout=phase.timeout_seconds)
+            return client.complete(body)
+
         started = time.monotonic()
         try:
             # The sampler's first poll is the empty pool at t = 0; the flood follows.
             with Sampler(client, phase.poll_seconds, on_sample, on_missed=on_missed):
-                futures = [pool.submit(client.complete, b) for b in bodies]
+                futures = [pool.submit(send, b) for b in bodies]
                 done, pending = concurrent.futures.wait(futures, phase.timeout_seconds)
         finally:
             # Never wait for requests in flight: restore() stops the server under them.
