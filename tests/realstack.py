@@ -81,10 +81,11 @@ STACK_FLOOD_MAX_TOKENS = 800
 # random model's ngram drafts are rejected, so each request grows one token per step.
 FILL_REQUESTS = 4
 FILL_MAX_TOKENS = 2000
-# Objectives for the stack's model. A flood request generated 600 tokens while sharing
-# the engine with 15 others: 2 to 12 s end to end on this machine, most past stack-e2e's
-# 2.5 s (14 and 16 of 16 in two runs); a spec request of 128 tokens alone takes half a
-# second, the first one, which compiles the ngram proposer, one to two and a half.
+# Objectives for the stack's model. A flood request of 600 tokens sharing the engine
+# with 15 others took 2 to 12 s end to end on this machine, most past stack-e2e's 2.5 s
+# (14 and 16 of 16 in two runs; at 800 tokens, 16 of 16 beside a busy core); a spec
+# request of 128 tokens alone takes half a second, the first one, which compiles the
+# ngram proposer, one to two and a half.
 # stack-tpot-custom names a bucket the stack's vLLM does not have (its default buckets
 # have no 0.06).
 STACK_SLO = {
