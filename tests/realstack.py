@@ -40,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,9 @@ STACK_SLO = {
     ],
 }
 FINE_POLL_SECONDS = 0.25
+# Prometheus' scrape timeout in the stacks (they scrape every second).
+SCRAPE_TIMEOUT_SECONDS = 0.9
+STALL_WATCH = REPO / "tests" / "stall_watch.py"
 # What the fine-grained exporter keeps of each poll (the per-engine series).
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 PREEMPTED = "vllm:num_preemptions_total"
@@ -137,6 +140,7 @@ class RealStack:
     prometheus_url: str
     model_dir: Path
     served_model_name: str
+    stall_log: Path  # what the stall watch wrote (see machine_stalls)
     times: dict[str, float] = field(default_factory=dict)  # unix seconds of phase edges
     fine_polls: list[FinePoll] = field(default_factory=list)
 
@@ -147,6 +151,9 @@ class RealStack:
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
         return prometheus_query(self.prometheus_url, expr, at)
+
+    def machine_stalls(self) -> list[tuple[float, float]]:
+        return machine_stalls(self.stall_log)
 
     def query_range(
         self, expr: str, start: float, end: float, step: float = 1.0
@@ -245,7 +252,10 @@ def start_prometheus(
     `more_rule_files`) every second, its TSDB in workdir (kept across a restart); ready when
     it says so."""
     rule_files = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml")) + list(more_rule_files)
-    return PrometheusProcess(workdir, scrape_config(targets, rule_files=rule_files), port).start()
+    config = scrape_config(
+        targets, timeout=f"{SCRAPE_TIMEOUT_SECONDS * 1000:g}ms", rule_files=rule_files
+    )
+    return PrometheusProcess(workdir, config, port).start()
 
 
 def write_slo_rules(
@@ -259,6 +269,60 @@ def write_slo_rules(
     path = workdir / f"{name}-slo.rules.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
     return str(path)
+
+
+@dataclass(frozen=True)
+class FailedScrape:
+    """A scrape Prometheus recorded as failed (`up` 0)."""
+
+    job: str
+    at: float  # unix seconds the scrape began (its samples' timestamp)
+    seconds: float  # how long Prometheus took over it (`scrape_duration_seconds`)
+
+    def machine_stalled(self, stalls: Sequence[tuple[float, float]]) -> bool:
+        """Whether the machine kept the stall watch (`stalls`, tests/stall_watch.py) off
+        the CPU for at least half of the scrape's deadline (SCRAPE_TIMEOUT_SECONDS from
+        its start): the target, a process at the same priority, had less than half of it
+        to answer in. (The exporter answers a scrape in 3-8 ms, in 170 ms at most in the
+        flood.) Such a failure is the machine's, not the target's."""
+        end = self.at + SCRAPE_TIMEOUT_SECONDS
+        stalled = sum(max(0.0, min(b, end) - max(a, self.at)) for a, b in stalls)
+        return stalled >= SCRAPE_TIMEOUT_SECONDS / 2
+
+
+def failed_scrapes(prometheus_url: str, job: str, start: float, end: float) -> list[FailedScrape]:
+    """Every failed scrape of `job` that began in [start, end], from the raw samples."""
+    span = f"{math.ceil(end - start) + 1}s"
+
+    def samples(name: str) -> dict[float, float]:
+        result = prometheus_query(prometheus_url, f'{name}{{job="{job}"}}[{span}]', at=end)
+        return {float(t): float(v) for series in result for t, v in series["values"]}
+
+    took = samples("scrape_duration_seconds")
+    return [
+        FailedScrape(job, at, took[at])
+        for at, up in sorted(samples("up").items())
+        if up == 0 and at >= start
+    ]
+
+
+@contextlib.contextmanager
+def watching_stalls(workdir: Path) -> Iterator[ChildProcess]:
+    """tests/stall_watch.py running for the block, writing to its `log_path`."""
+    watch = ChildProcess(
+        [sys.executable, str(STALL_WATCH)], workdir / "stalls.log", name="the stall watch"
+    ).start()
+    try:
+        yield watch
+    finally:
+        watch.stop()
+
+
+def machine_stalls(log: Path) -> list[tuple[float, float]]:
+    """The spans the stall watch writing `log` was kept off the CPU (whole lines only)."""
+    lines = log.read_text().split("\n")[:-1]
+    spans = (line.split() for line in lines if not line.startswith("#"))
+    return [(float(start), float(end)) for start, end in spans]
 
 
 def wait_scraped(prometheus_url: str, jobs: set[str], after: float | None = None) -> None:
@@ -393,7 +457,7 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
     exporter: ChildProcess | None = None
     prometheus: PrometheusProcess | None = None
     launched = time.time()
-    with vllm_server(workdir, model_dir) as vllm:
+    with watching_stalls(workdir) as watch, vllm_server(workdir, model_dir) as vllm:
         try:
             vllm.wait_ready()
             ready = time.time()
@@ -410,6 +474,7 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
                 f"http://127.0.0.1:{prom_port}",
                 model_dir,
                 "tiny",
+                watch.log_path,
             )
             stack.times.update(vllm_launch=launched, vllm_ready=ready)
             # A few scrapes of the idle server first.

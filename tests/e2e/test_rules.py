@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.realstack import RealStack
+from tests.realstack import RealStack, failed_scrapes
 from tests.rules.test_rules import ALERTS_FILE, rule_expressions, selector_names
 
 pytestmark = pytest.mark.vllm
@@ -157,12 +157,20 @@ def test_flood_makes_the_capacity_alerts_pending_and_nothing_breaks(stack: RealS
     print("alerts active during the flood:", sorted(flood))
     # The pool fills, requests queue and vLLM preempts (see the storm test for numbers).
     assert {"VLLMPreemptionStorm", "VLLMKVCacheSaturated", "VLLMRequestQueueGrowing"} <= flood
-    # Prometheus scrapes the exporter, the exporter reads vLLM (busy is slow, not down),
-    # vLLM does not restart.
-    why = restart_evidence(stack, t["spec_start"] - 30, t["flood_end"] + 2)
-    assert not {"GlassboxExporterAbsent", "GlassboxTargetDown", "VLLMTargetRestarted"} & flood, why
-    whole_run = alerts_active(stack, t["spec_start"], t["flood_end"] + 2, "pending|firing")
+    # The exporter answers every scrape in time, the exporter reads vLLM (busy is slow,
+    # not down), vLLM does not restart.
+    start, end = t["spec_start"] - 30, t["flood_end"] + 2
+    why = restart_evidence(stack, start, end)
+    assert not {"GlassboxTargetDown", "VLLMTargetRestarted"} & flood, why
+    whole_run = alerts_active(stack, t["spec_start"], end, "pending|firing")
     assert not {"GlassboxTargetDown", "VLLMTargetRestarted"} & whole_run, why
+    # GlassboxExporterAbsent goes pending at a failed scrape (its `for: 5m` is for those):
+    # only a stalled machine may have failed one, never the exporter.
+    stalls = stack.machine_stalls()
+    missed = failed_scrapes(stack.prometheus_url, "glassbox", start, end)
+    assert all(f.machine_stalled(stalls) for f in missed), why
+    if "GlassboxExporterAbsent" in flood:
+        assert missed, "pending with no failed scrape: the exporter's `up` went absent"
 
 
 def restart_evidence(stack: RealStack, start: float, end: float) -> str:
@@ -183,12 +191,18 @@ def restart_evidence(stack: RealStack, start: float, end: float) -> str:
             for (_, a), (t, b) in itertools.pairwise(values)
             if b < a or (series["metric"]["__name__"] == "process_start_time_seconds" and b != a)
         ]
-    failed = stack.query(f"count_over_time((up == 0)[{span}:1s])", at=end)
+    stalls = stack.machine_stalls()
+    failed = [
+        f"{f.job} at {f.at - start:.1f}s took {f.seconds:.2f}s"
+        + (" (the machine stalled)" if f.machine_stalled(stalls) else "")
+        for job in ("vllm", "glassbox")
+        for f in failed_scrapes(stack.prometheus_url, job, start, end)
+    ]
     errors = stack.query(f"increase(glassbox_scrape_errors_total[{span}]) > 0", at=end)
     restarts = stack.query(f"max_over_time(glassbox_target_restarts_total[{span}])", at=end)
     return (
         f"vLLM series that went down or changed start: {went_down or 'none'}; "
-        f"failed scrapes: {[(r['metric']['job'], r['value'][1]) for r in failed]}; "
+        f"failed scrapes: {failed or 'none'}; "
         f"exporter errors: {[(r['metric']['reason'], r['value'][1]) for r in errors]}; "
         f"exporter restarts: {[r['value'][1] for r in restarts]}"
     )
