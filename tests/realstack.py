@@ -310,8 +310,8 @@ class FailedScrape:
     @property
     def prometheus_late(self) -> bool:
         """Whether Prometheus noticed the failure well after its own deadline: it did not
-        run then (timeouts it kept took 0.900-0.904 s; failed scrapes that took it 2-7 s
-        were seen while the stall watch ran on)."""
+        run then (timeouts it kept took 0.900-0.904 s; failed scrapes that took it 1-7 s
+        came while the stall watch ran on time)."""
         return self.seconds > SCRAPE_TIMEOUT_SECONDS + LATE_SECONDS
 
 
@@ -323,9 +323,9 @@ def failed_scrapes(prometheus_url: str, job: str, start: float, end: float) -> l
         result = prometheus_query(prometheus_url, f'{name}{{job="{job}"}}[{span}]', at=end)
         return {float(t): float(v) for series in result for t, v in series["values"]}
 
-    took = samples("scrape_duration_seconds")
+    took = samples("scrape_duration_seconds")  # written by the same scrape, stamped alike
     return [
-        FailedScrape(job, at, took[at])
+        FailedScrape(job, at, took.get(at, math.nan))
         for at, up in sorted(samples("up").items())
         if up == 0 and at >= start
     ]
