@@ -331,16 +331,11 @@ def failed_scrapes(prometheus_url: str, job: str, start: float, end: float) -> l
     ]
 
 
-@contextlib.contextmanager
-def watching_stalls(workdir: Path) -> Iterator[ChildProcess]:
-    """tests/stall_watch.py running for the block, writing to its `log_path`."""
-    watch = ChildProcess(
+def stall_watch(workdir: Path) -> ChildProcess:
+    """tests/stall_watch.py (not started), writing to its `log_path`."""
+    return ChildProcess(
         [sys.executable, str(STALL_WATCH)], workdir / "stalls.log", name="the stall watch"
-    ).start()
-    try:
-        yield watch
-    finally:
-        watch.stop()
+    )
 
 
 def machine_stalls(log: Path) -> list[tuple[float, float]]:
@@ -482,7 +477,7 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
     exporter: ChildProcess | None = None
     prometheus: PrometheusProcess | None = None
     launched = time.time()
-    with watching_stalls(workdir) as watch, vllm_server(workdir, model_dir) as vllm:
+    with stall_watch(workdir) as watch, vllm_server(workdir, model_dir) as vllm:
         try:
             vllm.wait_ready()
             ready = time.time()

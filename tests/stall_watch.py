@@ -1,13 +1,13 @@
 """A bystander that records when the machine kept it off the CPU, run beside the real
-stack (tests/realstack.py) as a process of its own at normal priority.
+stacks (tests/realstack.py: stall_watch) as a process of its own at normal priority.
 
 It prints a header once it watches, then sleeps SLEEP_SECONDS at a time and prints
 "START END" (unix seconds) whenever it woke more than STALL_SECONDS after it went to
-sleep: for that span nothing let it run. On this
-machine's two cores under vLLM's load every process is stopped so for 0.5-4 s now and
-then; a scrape that fails in such a span is the machine's failure, not its target's.
+sleep: for that span nothing let it run. On this machine's two cores under vLLM's load
+every process is stopped so for 0.2-4.4 s now and then; a scrape that fails in such a
+span is the machine's failure, not its target's.
 
-    python -m tests.stall_watch
+    python tests/stall_watch.py
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ What must hold afterwards:
   time: not while vLLM was flooded (busy is slow, not down), not when the exporter
   restarted. Its `for: 5m` starts at the kill, so it would fire after 5 minutes;
 - `GlassboxExporterAbsent` is pending only while the exporter or Prometheus restarts (or
-  after a scrape that failed because the machine stalled Prometheus itself);
+  after a scrape that failed while the machine or Prometheus stalled: FailedScrape);
 - a restart is not a preemption storm: no storm episode starts after the kill.
 
 The figures are printed (pytest -s): the closing note of the run.
@@ -63,12 +63,12 @@ from tests.realstack import (
     failed_scrapes,
     machine_stalls,
     prometheus_query,
+    stall_watch,
     start_exporter,
     start_prometheus,
     vllm_server,
     wait_scraped,
     wait_until,
-    watching_stalls,
 )
 
 pytestmark = pytest.mark.vllm
@@ -204,95 +204,93 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
     vllm = vllm_server(work, model_dir, vllm_port, dev_mode=True)
     exporter: ChildProcess | None = None
     prometheus: PrometheusProcess | None = None
-    with watching_stalls(work) as watch:
-        run = Chaos(f"http://127.0.0.1:{prometheus_port}", watch.log_path)
-        t = run.times
-        try:
-            vllm.start()
-            vllm.wait_ready()
-            # Prometheus first: its record of vLLM's raw counters covers every poll the
-            # exporter makes (the spike check compares the two over the same windows).
-            prometheus = start_prometheus(work, jobs, prometheus_port)
-            wait_scraped(run.prometheus_url, {"vllm"})
-            exporter = start_exporter(vllm, model_dir, exporter_port, work)
-            wait_scraped(run.prometheus_url, set(jobs), after=time.time())
-            t["start"] = time.time()
-            # Speculative traffic first, so that every derived series has a past to compare.
-            _traffic_until_window(vllm, exporter_url, MIN_SPAN_SECONDS + 5)
+    watch = stall_watch(work).start()
+    run = Chaos(f"http://127.0.0.1:{prometheus_port}", watch.log_path)
+    t = run.times
+    try:
+        vllm.start()
+        vllm.wait_ready()
+        # Prometheus first: its record of vLLM's raw counters covers every poll the
+        # exporter makes (the spike check compares the two over the same windows).
+        prometheus = start_prometheus(work, jobs, prometheus_port)
+        wait_scraped(run.prometheus_url, {"vllm"})
+        exporter = start_exporter(vllm, model_dir, exporter_port, work)
+        wait_scraped(run.prometheus_url, set(jobs), after=time.time())
+        t["start"] = time.time()
+        # Speculative traffic first, so that every derived series has a past to compare.
+        _traffic_until_window(vllm, exporter_url, MIN_SPAN_SECONDS + 5)
 
-            # The flood, and SIGKILL once vLLM preempts: requests in flight, pool full.
-            cut = threading.Event()
-            flood = threading.Thread(target=_flood, args=(vllm.url, cut))
-            t["flood_start"] = time.time()
-            flood.start()
-            wait_until(
-                lambda: _vllm_value(vllm.url, "vllm:num_preemptions_total") > 0,
-                "vLLM preempting",
-                timeout_seconds=300,
-            )
-            # Freeze vLLM's counters (scheduler paused, requests kept in flight, pool full) until
-            # the exporter has polled them and Prometheus has scraped them: both then hold the
-            # same last counts before the kill (pausing may itself count preemptions).
-            keep = {"mode": "keep", "clear_cache": "false"}
-            httpx.post(vllm.url + "/pause", params=keep, timeout=30).raise_for_status()
-            _wait_for_frozen_counters(vllm.url)
-            frozen = time.time()
-            wait_until(lambda: _exporter_polled_after(exporter_url, frozen), "a poll of the freeze")
-            wait_scraped(run.prometheus_url, {"vllm"}, after=frozen)
-            run.preempted_before_kill = _vllm_value(vllm.url, "vllm:num_preemptions_total")
-            cut.set()
-            t["kill"] = time.time()
-            assert vllm.pid is not None
-            os.killpg(vllm.pid, signal.SIGKILL)
-            vllm.stop()  # reaps what the kill left
-            flood.join()
-            wait_until(lambda: _exporter_value(exporter_url, "glassbox_target_up") == 0.0, "down")
+        # The flood, and SIGKILL once vLLM preempts: requests in flight, pool full.
+        cut = threading.Event()
+        flood = threading.Thread(target=_flood, args=(vllm.url, cut))
+        t["flood_start"] = time.time()
+        flood.start()
+        wait_until(
+            lambda: _vllm_value(vllm.url, "vllm:num_preemptions_total") > 0,
+            "vLLM preempting",
+            timeout_seconds=300,
+        )
+        # Freeze vLLM's counters (scheduler paused, requests kept in flight, pool full) until
+        # the exporter has polled them and Prometheus has scraped them: both then hold the
+        # same last counts before the kill (pausing may itself count preemptions).
+        keep = {"mode": "keep", "clear_cache": "false"}
+        httpx.post(vllm.url + "/pause", params=keep, timeout=30).raise_for_status()
+        _wait_for_frozen_counters(vllm.url)
+        frozen = time.time()
+        wait_until(lambda: _exporter_polled_after(exporter_url, frozen), "a poll of the freeze")
+        wait_scraped(run.prometheus_url, {"vllm"}, after=frozen)
+        run.preempted_before_kill = _vllm_value(vllm.url, "vllm:num_preemptions_total")
+        cut.set()
+        t["kill"] = time.time()
+        assert vllm.pid is not None
+        os.killpg(vllm.pid, signal.SIGKILL)
+        vllm.stop()  # reaps what the kill left
+        flood.join()
+        wait_until(lambda: _exporter_value(exporter_url, "glassbox_target_up") == 0.0, "down")
 
-            # vLLM again, on the same port; traffic until the derived series are back.
-            vllm = vllm_server(work, model_dir, vllm_port)
-            vllm.start()
-            vllm.wait_ready()
-            t["vllm_ready"] = time.time()
-            _traffic(vllm)
-            wait_until(
-                lambda: (
-                    _exporter_value(exporter_url, "glassbox_tokens_per_forward_pass") is not None
-                ),
-                "derived series back",
-            )
-            t["vllm_back"] = time.time()
-            # Prometheus has scraped the restart the exporter saw (an exporter restarted before
-            # any scrape took it leaves no trace of it: that is no fault of the rules).
-            wait_until(
-                lambda: bool(run.query("glassbox_target_last_restart_timestamp_seconds > 0")),
-                "the exporter's restart scraped",
-            )
+        # vLLM again, on the same port; traffic until the derived series are back.
+        vllm = vllm_server(work, model_dir, vllm_port)
+        vllm.start()
+        vllm.wait_ready()
+        t["vllm_ready"] = time.time()
+        _traffic(vllm)
+        wait_until(
+            lambda: _exporter_value(exporter_url, "glassbox_tokens_per_forward_pass") is not None,
+            "derived series back",
+        )
+        t["vllm_back"] = time.time()
+        # Prometheus has scraped the restart the exporter saw (an exporter restarted before
+        # any scrape took it leaves no trace of it: that is no fault of the rules).
+        wait_until(
+            lambda: bool(run.query("glassbox_target_last_restart_timestamp_seconds > 0")),
+            "the exporter's restart scraped",
+        )
 
-            # The exporter, restarted; traffic until its new window spans MIN_SPAN_SECONDS.
-            t["exporter_stop"] = time.time()
-            run.exporter_exit_code = exporter.stop()
-            exporter = start_exporter(vllm, model_dir, exporter_port, work)
-            t["exporter_start"] = time.time()
-            wait_scraped(run.prometheus_url, {"glassbox"}, after=t["exporter_start"])
-            _traffic_until_window(vllm, exporter_url, MIN_SPAN_SECONDS + 2)
+        # The exporter, restarted; traffic until its new window spans MIN_SPAN_SECONDS.
+        t["exporter_stop"] = time.time()
+        run.exporter_exit_code = exporter.stop()
+        exporter = start_exporter(vllm, model_dir, exporter_port, work)
+        t["exporter_start"] = time.time()
+        wait_scraped(run.prometheus_url, {"glassbox"}, after=t["exporter_start"])
+        _traffic_until_window(vllm, exporter_url, MIN_SPAN_SECONDS + 2)
 
-            # Prometheus, restarted on the same TSDB.
-            t["prometheus_stop"] = time.time()
-            prometheus.stop()
-            prometheus = start_prometheus(work, jobs, prometheus_port)
-            t["prometheus_start"] = time.time()
-            wait_scraped(run.prometheus_url, set(jobs), after=t["prometheus_start"])
-            _traffic_until_window(vllm, exporter_url, 3 * MIN_SPAN_SECONDS)
-            # The exporter polls the last counters, and Prometheus scrapes it after that.
-            wait_scraped(run.prometheus_url, set(jobs), after=time.time() + 2)
-            t["end"] = time.time()
-            run.exporter_log = exporter.log_text()
-            yield run
-        finally:
-            for service in (prometheus, exporter):
-                if service is not None:
-                    service.stop()
-            vllm.stop()
+        # Prometheus, restarted on the same TSDB.
+        t["prometheus_stop"] = time.time()
+        prometheus.stop()
+        prometheus = start_prometheus(work, jobs, prometheus_port)
+        t["prometheus_start"] = time.time()
+        wait_scraped(run.prometheus_url, set(jobs), after=t["prometheus_start"])
+        _traffic_until_window(vllm, exporter_url, 3 * MIN_SPAN_SECONDS)
+        # The exporter polls the last counters, and Prometheus scrapes it after that.
+        wait_scraped(run.prometheus_url, set(jobs), after=time.time() + 2)
+        t["end"] = time.time()
+        run.exporter_log = exporter.log_text()
+        yield run
+    finally:
+        for service in (prometheus, exporter, watch):
+            if service is not None:
+                service.stop()
+        vllm.stop()
 
 
 # --- the alerts -------------------------------------------------------------------------

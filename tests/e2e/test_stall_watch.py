@@ -1,5 +1,5 @@
-"""The stall watch (tests/stall_watch.py), the real stacks' evidence that a scrape failed
-because the machine stopped every process, not because its target was slow."""
+"""When a failed scrape is not its target's fault: the stall watch (tests/stall_watch.py),
+evidence that the machine stopped every process, and Prometheus' own lateness."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from tests.realstack import (
     SCRAPE_TIMEOUT_SECONDS,
     FailedScrape,
     machine_stalls,
+    stall_watch,
     wait_until,
-    watching_stalls,
 )
 
 
 def test_the_watch_records_a_span_that_holds_the_time_it_was_stopped(tmp_path: Path) -> None:
-    with watching_stalls(tmp_path) as watch:
+    with stall_watch(tmp_path) as watch:
         assert watch.pid is not None
         # Stopped before it watches, it would see nothing.
         wait_until(lambda: watch.log_text().startswith("#"), "the watch watching")
