@@ -15,7 +15,7 @@ help:
 
 # Dashboards from their Python sources, the example SLO file's rules, then the chart's and
 # the mixin's copies of dashboards and rules, then docs/exporter.md's table of windowed
-# series (from exporter/series.py).
+# series (from core/series.py).
 generate:
 	.venv/bin/glassbox dashboards generate
 	.venv/bin/glassbox rules --slo alerts/slo/example.yaml --out alerts/slo/ 2>/dev/null

@@ -34,12 +34,13 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vllm_glassbox import rules, slo  # noqa: E402
+from vllm_glassbox import rules  # noqa: E402
+from vllm_glassbox.core import slo  # noqa: E402
+from vllm_glassbox.core.prometheus import Prometheus  # noqa: E402
+from vllm_glassbox.core.units import parse_duration  # noqa: E402
 from vllm_glassbox.explain.cli import main as explain  # noqa: E402
 from vllm_glassbox.explain.from_prometheus import Selection, queries  # noqa: E402
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess  # noqa: E402
-from vllm_glassbox.prometheus import Prometheus  # noqa: E402
-from vllm_glassbox.units import parse_duration  # noqa: E402
 
 from tests.fleet import Fleet, plan_pods, serve  # noqa: E402
 

@@ -53,7 +53,9 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vllm_glassbox import rules, slo  # noqa: E402
+from vllm_glassbox import rules  # noqa: E402
+from vllm_glassbox.core import slo  # noqa: E402
+from vllm_glassbox.core.prometheus import Prometheus, PrometheusError  # noqa: E402
 from vllm_glassbox.dashboards import catalog  # noqa: E402
 from vllm_glassbox.dashboards.grafana import (  # noqa: E402
     panels_of,
@@ -61,7 +63,6 @@ from vllm_glassbox.dashboards.grafana import (  # noqa: E402
     time_range,
 )
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess  # noqa: E402
-from vllm_glassbox.prometheus import Prometheus, PrometheusError  # noqa: E402
 
 from tests.alertmanager import webhooks  # noqa: E402
 from tests.fleet import EXPORTER_JOB, VLLM_JOB, Fleet, plan_pods, serve  # noqa: E402

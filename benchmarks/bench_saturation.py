@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from vllm_glassbox.core.ticker import ticks
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.lab.backends.server_process import ServerProcess
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
-from vllm_glassbox.ticker import ticks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_vllm_cost import api_server_pid  # the same process tree walk

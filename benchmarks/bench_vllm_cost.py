@@ -11,7 +11,7 @@ is the median over the rounds with the lowest and highest beside it.
 
 The ways of polling (`MODES`):
 
-- `exporter`: the exporter's own fetch (`exporter/fetch.py` as configured by the exporter):
+- `exporter`: the exporter's own fetch (`core/fetch.py` as configured by the exporter):
   GET /metrics on a fresh connection per poll, uncompressed;
 - `keep-alive`: the same GET on one connection kept open;
 - `gzip`: GET /metrics asking for gzip (as Prometheus does);
@@ -45,8 +45,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
-from vllm_glassbox.exporter.fetch import Fetcher
-from vllm_glassbox.exporter.snapshot import WANTED_SAMPLES
+from vllm_glassbox.core.fetch import Fetcher
+from vllm_glassbox.core.snapshot import WANTED_SAMPLES
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess, scrape_config
 from vllm_glassbox.lab.backends.server_process import ServerProcess
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter.fetch import Fetcher
+from vllm_glassbox.core.fetch import Fetcher
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
 
 

@@ -9,8 +9,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from vllm_glassbox.core.helptext import examples
 from vllm_glassbox.dashboards import catalog
-from vllm_glassbox.helptext import examples
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -107,9 +107,9 @@ def _generate(out: Path, check: bool) -> int:
 
 
 def _snapshot(url: str, out: Path, start_text: str, end_text: str) -> int:
+    from vllm_glassbox.core.prometheus import Prometheus, PrometheusError
     from vllm_glassbox.dashboards.grafana import parse_time
     from vllm_glassbox.dashboards.pictures import draw_pictures
-    from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
     now = time.time()
     try:

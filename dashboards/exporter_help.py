@@ -1,13 +1,13 @@
 """The HELP text of every series the exporter publishes, from the exporter's catalogue.
 
-Panel descriptions quote these rather than restating formulas (`exporter/series.py`
+Panel descriptions quote these rather than restating formulas (`core/series.py`
 declares each family once). When a formula changes there, the dashboards' descriptions
 follow on the next `glassbox dashboards generate`.
 """
 
 from __future__ import annotations
 
-from vllm_glassbox.exporter.series import BY_NAME
+from vllm_glassbox.core.series import BY_NAME
 
 
 def help_of(name: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from vllm_glassbox.units import parse_duration
+from vllm_glassbox.core.units import parse_duration
 
 # --- time ranges --------------------------------------------------------------------------
 

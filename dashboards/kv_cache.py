@@ -8,6 +8,7 @@ order.
 from __future__ import annotations
 
 from grafanalib.core import Panel
+from vllm_glassbox.core.derive import KV_POOL_FULL
 from vllm_glassbox.dashboards import panels as p
 from vllm_glassbox.dashboards import queries as q
 from vllm_glassbox.dashboards.common import (
@@ -30,7 +31,6 @@ from vllm_glassbox.dashboards.panels import (
     KV_THRESHOLDS,
     fleet_q,
 )
-from vllm_glassbox.exporter.derive import KV_POOL_FULL
 
 
 def kv_tokens() -> Panel:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_glassbox.core.prometheus import Prometheus, PrometheusError
 from vllm_glassbox.dashboards.grafana import (
     TimeRange,
     legend,
@@ -20,7 +21,6 @@ from vllm_glassbox.dashboards.grafana import (
     substitute,
     variable_names,
 )
-from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ series means and how it is computed; for the exporter's series they quote its HE
 from __future__ import annotations
 
 from grafanalib.core import Panel
+from vllm_glassbox.core.derive import KV_POOL_FULL
 from vllm_glassbox.dashboards import queries as q
 from vllm_glassbox.dashboards.common import (
     BYTES,
@@ -26,7 +27,6 @@ from vllm_glassbox.dashboards.common import (
     timeseries,
 )
 from vllm_glassbox.dashboards.exporter_help import fleet, help_of, per_engine
-from vllm_glassbox.exporter.derive import KV_POOL_FULL
 
 # Judgements, shared by the panels that draw them.
 KV_THRESHOLDS = [("green", None), ("orange", KV_POOL_FULL)]

@@ -19,11 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from vllm_glassbox.core.prometheus import Prometheus
 from vllm_glassbox.dashboards import catalog
 from vllm_glassbox.dashboards.drawing import render_panel, render_sheet
 from vllm_glassbox.dashboards.grafana import TimeRange, check_range, time_range
 from vllm_glassbox.dashboards.panel_data import PanelData, query_annotations, query_dashboard
-from vllm_glassbox.prometheus import Prometheus
 
 
 def _slug(text: str) -> str:

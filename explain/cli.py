@@ -30,6 +30,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import TargetCredentials
+from vllm_glassbox.core.helptext import examples
+from vllm_glassbox.core.prometheus import Prometheus, PrometheusError
+from vllm_glassbox.core.slo import SloError, SloFile, read_slo_file
+from vllm_glassbox.core.units import base_url_problems, parse_duration, parse_positive_number
 from vllm_glassbox.explain.diagnoses import explain
 from vllm_glassbox.explain.findings import Explained
 from vllm_glassbox.explain.from_exporter import read_findings_page
@@ -43,12 +49,6 @@ from vllm_glassbox.explain.from_prometheus import (
 )
 from vllm_glassbox.explain.render import FORMATS, render
 from vllm_glassbox.explain.scene import LabBaseline, Reading, Scene
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import TargetCredentials
-from vllm_glassbox.helptext import examples
-from vllm_glassbox.prometheus import Prometheus, PrometheusError
-from vllm_glassbox.slo import SloError, SloFile, read_slo_file
-from vllm_glassbox.units import base_url_problems, parse_duration, parse_positive_number
 
 EXIT_PROMETHEUS = 3
 EXIT_NOTHING = 4

@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from vllm_glassbox import slo as objectives
+from vllm_glassbox.core import derive
+from vllm_glassbox.core import slo as objectives
+from vllm_glassbox.core import snapshot as s
 from vllm_glassbox.explain.findings import (
     Explained,
     Figure,
@@ -38,8 +40,6 @@ from vllm_glassbox.explain.findings import (
     say_if,
 )
 from vllm_glassbox.explain.scene import Blind, LabVariant, ObjectiveState, Reading, Scene
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter import snapshot as s
 
 Diagnosis = Callable[[Scene], list[Finding]]
 

@@ -2,7 +2,7 @@
 
 Every number a finding states is a `Figure`: either read as the source gave it (`read`:
 a counter's increase, a gauge, a label) or computed by a function of the derivation core
-(`core`: `exporter/derive.py`, and only there — `core` refuses any other function). The
+(`core`: `core/derive.py`, and only there — `core` refuses any other function). The
 sentences are templates whose `{name}` fields are figures, so the words and the numbers
 are kept apart: `render.py` formats them, `tests/explain/test_no_arithmetic.py` checks
 that the diagnoses do no arithmetic of their own.
@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.derive import Increase
 from vllm_glassbox.explain.scene import Reading, Scope, Window
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.derive import Increase
 
 Severity = Literal["critical", "warning", "info", "ok"]
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info", "ok")

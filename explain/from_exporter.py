@@ -1,189 +1,23 @@
-"""One exporter's scene: what its latest poll holds, the window of its history included
-(pure: `PollState` in, `Scene` out), and the same scene read back over HTTP from the
-exporter's `/findings` (`glassbox explain --exporter URL`).
-
-The exporter sees one server: its numbers are over the exporter's window (`--window`),
-its gauges of the latest poll (the queue and the pool as they are now, not their peaks),
-its failed polls since it started.
-"""
+"""An exporter's `/findings`: the document it answers (the findings of its scene, and the
+scene itself) and the scenes read back over HTTP (`glassbox explain --exporter URL`).
+The scene is built beside the poller (`exporter/scene.py`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import TargetCredentials, fetch_once
 from vllm_glassbox.explain.diagnoses import explain
 from vllm_glassbox.explain.render import explained_json
 from vllm_glassbox.explain.scene import (
-    Blind,
-    Reading,
     Scene,
-    Scope,
-    Window,
     scene_from_json,
     scene_to_json,
 )
-from vllm_glassbox.exporter import derive, series
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import TargetCredentials, fetch_once
-from vllm_glassbox.exporter.snapshot import first_cache
-
-if TYPE_CHECKING:  # the exporter's page builds its findings from here: no import back
-    from vllm_glassbox.exporter.exposition import PollState
 
 FINDINGS_PATH = "/findings"
-
-#: Polls that failed for these reasons are failures; "slow" polls were read, late.
-_NOT_FAILED = ("slow",)
-
-
-def _values(reading: Mapping[Any, float], source: str, pick: str) -> Reading | None:
-    if not reading:
-        return None
-    values = list(reading.values())
-    value = max(values) if pick == "max" else min(values) if pick == "min" else sum(values)
-    return Reading(float(value), source)
-
-
-def scene_from_state(
-    state: PollState, unrecognised: Mapping[tuple[str, str], str], where: str = "the exporter"
-) -> Scene:
-    """The scene of the exporter's latest publication; `unrecognised`: the shapes of its
-    inputs it does not read (`exposition.unrecognised_inputs`)."""
-    snapshot = state.snapshot if state.up else None
-    engines = snapshot.engines if snapshot is not None else {}
-    models = sorted({key.model_name for key in engines})
-    window = max((d.seconds for d in state.increases.values()), default=state.window_seconds)
-    scope = Scope(
-        source="exporter",
-        where=where,
-        namespace=None,
-        model=", ".join(models) or None,
-        engines=len(engines),
-        window_seconds=window,
-        at=state.last_success_unix,
-    )
-    blind = _blind(state, unrecognised)
-    if snapshot is None:
-        return Scene(scope, blind=blind, vllm_version=state.vllm_version)
-    decode = Window(
-        derive.engines_together(state.increases.values(), window),
-        f"Δ of vLLM's counters over the exporter's {window:g} s window, engines summed",
-    )
-    context = series.derivation_context(state.weights, state.peak_bandwidth, state.layout.tensor)
-    pools = state.kv_pools
-    capacity = {k: p.capacity_tokens for k, p in pools.items() if p.capacity_tokens is not None}
-    used = {k: p.used_tokens for k, p in pools.items() if p.used_tokens is not None}
-    gauge = {
-        name: {k: e.gauges[name] for k, e in engines.items() if name in e.gauges}
-        for name in (s.KV_USAGE, s.RUNNING, s.WAITING)
-    }
-    exhaustion = {}
-    for key, growth in state.used_tokens_growth.items():
-        pool = pools.get(key)
-        if pool is None:
-            continue
-        free = derive.kv_cache_free_tokens(pool.used_tokens, pool.capacity_tokens)
-        seconds = derive.kv_cache_exhaustion_seconds(free, growth.tokens, growth.seconds)
-        if seconds is not None:
-            exhaustion[key] = seconds
-    cache = first_cache(snapshot)
-    stages = derive.startup_stages(state.cold_start) if state.cold_start else None
-    startup = {}
-    if stages is not None:
-        startup = {
-            name: Reading(value, f'{series.STARTUP_STAGE.name}{{stage="{name}"}}')
-            for name, value in stages.by_stage().items()
-        }
-        if stages.total is not None:
-            startup["total"] = Reading(stages.total, series.STARTUP.name)
-    spec = any(s.SPEC_DRAFTS in e.counters for e in engines.values())
-    weights = context.weights_bytes
-    return Scene(
-        scope,
-        decode=decode,
-        weights=None if weights is None else Reading(weights, _weights_series(state)),
-        mixture_of_experts=state.weights is not None and state.weights.active_bytes is not None,
-        peak_bandwidth=(
-            None
-            if state.peak_bandwidth is None
-            else Reading(state.peak_bandwidth, series.PEAK_BANDWIDTH.name)
-        ),
-        tensor_parallel=state.layout.tensor,
-        pipeline_parallel=state.layout.pipeline,
-        vllm_version=state.vllm_version,
-        kv_capacity=_values(capacity, series.KV_CAPACITY.name, "max"),
-        kv_block_size=(
-            None
-            if cache is None or cache.block_size is None
-            else Reading(float(cache.block_size), series.KV_BLOCK_SIZE.name)
-        ),
-        kv_memory=(
-            None
-            if state.kv_cache_memory_bytes is None
-            else Reading(state.kv_cache_memory_bytes, series.KV_MEMORY.name)
-        ),
-        kv_memory_fixed=cache is not None and cache.kv_cache_memory_bytes is not None,
-        gpu_memory_utilization=(
-            None
-            if cache is None or cache.gpu_memory_utilization is None
-            else Reading(
-                cache.gpu_memory_utilization, "vllm:cache_config_info{gpu_memory_utilization}"
-            )
-        ),
-        kv_usage_peak=_values(
-            gauge[s.KV_USAGE], "vllm:kv_cache_usage_perc (now, the fullest engine)", "max"
-        ),
-        kv_used_mean=_values(used, f"{series.KV_USED.name} (now, engines summed)", "sum"),
-        running_mean=_values(
-            gauge[s.RUNNING], "vllm:num_requests_running (now, engines summed)", "sum"
-        ),
-        running_peak=_values(
-            gauge[s.RUNNING], "vllm:num_requests_running (now, the busiest engine)", "max"
-        ),
-        waiting_peak=_values(
-            gauge[s.WAITING], "vllm:num_requests_waiting (now, the longest queue)", "max"
-        ),
-        kv_exhaustion=_values(exhaustion, series.KV_EXHAUSTION.name, "min"),
-        spec_configured=spec,
-        startup=startup,
-        blind=blind,
-    )
-
-
-def _weights_series(state: PollState) -> str:
-    if state.weights is not None and state.weights.active_bytes is not None:
-        return series.ACTIVE_WEIGHTS_BYTES.name
-    return series.WEIGHTS_BYTES.name
-
-
-def _blind(state: PollState, unrecognised: Mapping[tuple[str, str], str]) -> tuple[Blind, ...]:
-    out = []
-    if state.up is False:
-        reasons = ", ".join(
-            sorted(r for r, n in state.errors.items() if n and r not in _NOT_FAILED)
-        )
-        out.append(
-            Blind(
-                "target_down",
-                f"the reasons of its failed polls so far: {reasons or 'none counted'}",
-                None,
-                f"{series.TARGET_UP.name} 0",
-            )
-        )
-    for (source, shape), shown in sorted(unrecognised.items()):
-        out.append(
-            Blind(
-                "input_unrecognised",
-                f"vLLM's {source} has a shape glassbox does not read, {shape} ({shown})",
-                None,
-                f'{series.INPUT_UNRECOGNISED.name}{{source="{source}",shape="{shape}"}}',
-                shape,
-            )
-        )
-    return tuple(out)
 
 
 def read_findings_page(

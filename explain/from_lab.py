@@ -18,13 +18,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vllm_glassbox.core import derive
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import Increase
 from vllm_glassbox.explain.diagnoses import explain
 from vllm_glassbox.explain.findings import Explained
 from vllm_glassbox.explain.render import closing_section
 from vllm_glassbox.explain.scene import LabBaseline, LabVariant, Reading, Scene, Scope, Window
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.derive import Increase
 
 
 class LabFileError(ValueError):

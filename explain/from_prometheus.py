@@ -29,15 +29,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vllm_glassbox.core import derive, series
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.prometheus import Prometheus
+from vllm_glassbox.core.slo import SloFile
 from vllm_glassbox.explain.scene import Blind, ObjectiveState, Reading, Scene, Scope, Window
-from vllm_glassbox.exporter import derive, series
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.prometheus import Prometheus
-from vllm_glassbox.slo import SloFile
 
 Key = tuple[str, str]  # (namespace, model_name); "" where a label is absent
 
-#: vLLM's counters read over the window (their canonical names: exporter/snapshot.py).
+#: vLLM's counters read over the window (their canonical names: core/snapshot.py).
 COUNTERS = (
     s.GENERATION_TOKENS,
     s.PROMPT_TOKENS,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from vllm_glassbox.exporter.derive import Increase
+from vllm_glassbox.core.derive import Increase
 
 JSON = dict[str, Any]
 

@@ -11,25 +11,25 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from vllm_glassbox.exporter.errors import plain_reason
-from vllm_glassbox.exporter.fetch import (
+from vllm_glassbox.core.errors import plain_reason
+from vllm_glassbox.core.fetch import (
     DEFAULT_MAX_BYTES,
     TargetCredentials,
     read_token,
     tls_context,
 )
-from vllm_glassbox.exporter.gpus import gpu_bandwidth
-from vllm_glassbox.exporter.service import ExporterConfig, serve
-from vllm_glassbox.exporter.webconfig import WebConfigError, load_web_config
-from vllm_glassbox.exporter.weights import read_checkpoint
-from vllm_glassbox.helptext import examples
-from vllm_glassbox.logs import add_log_flags, set_up_logging
-from vllm_glassbox.units import (
+from vllm_glassbox.core.gpus import gpu_bandwidth
+from vllm_glassbox.core.helptext import examples
+from vllm_glassbox.core.logs import add_log_flags, set_up_logging
+from vllm_glassbox.core.units import (
     base_url_problems,
     parse_duration,
     parse_host_port,
     parse_positive_number,
 )
+from vllm_glassbox.core.weights import read_checkpoint
+from vllm_glassbox.exporter.service import ExporterConfig, serve
+from vllm_glassbox.exporter.webconfig import WebConfigError, load_web_config
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
-from vllm_glassbox.build import Build
+from vllm_glassbox.core.build import Build
 from vllm_glassbox.exporter.server import Answer
 
 DOCS = "https://github.com/vllm-glassbox/vllm-glassbox/blob/main/docs/exporter.md"

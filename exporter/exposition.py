@@ -18,12 +18,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from vllm_glassbox.build import Build
-from vllm_glassbox.explain.diagnoses import explain
-from vllm_glassbox.explain.from_exporter import scene_from_state
-from vllm_glassbox.exporter import series
-from vllm_glassbox.exporter.cold_start import ColdStart
-from vllm_glassbox.exporter.derive import (
+from vllm_glassbox.core import series
+from vllm_glassbox.core.build import Build
+from vllm_glassbox.core.cold_start import ColdStart
+from vllm_glassbox.core.derive import (
     FirstRequests,
     Increase,
     decode_floor_seconds,
@@ -39,11 +37,13 @@ from vllm_glassbox.exporter.derive import (
     startup_stages,
     warm_request_prefill_seconds,
 )
-from vllm_glassbox.exporter.errors import ERROR_REASONS
-from vllm_glassbox.exporter.kv_trend import Growth, KvPool
-from vllm_glassbox.exporter.layout import ParallelLayout
-from vllm_glassbox.exporter.snapshot import RUNNING, EngineKey, Snapshot
-from vllm_glassbox.exporter.weights import Weights
+from vllm_glassbox.core.errors import ERROR_REASONS
+from vllm_glassbox.core.kv_trend import Growth, KvPool
+from vllm_glassbox.core.layout import ParallelLayout
+from vllm_glassbox.core.snapshot import RUNNING, EngineKey, Snapshot
+from vllm_glassbox.core.weights import Weights
+from vllm_glassbox.explain.diagnoses import explain
+from vllm_glassbox.exporter.scene import scene_from_state
 
 
 @dataclass(frozen=True)

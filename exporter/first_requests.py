@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from vllm_glassbox.exporter.derive import FirstRequests
-from vllm_glassbox.exporter.snapshot import PREFILL_COUNT, PREFILL_SUM, EngineKey, Snapshot
+from vllm_glassbox.core.derive import FirstRequests
+from vllm_glassbox.core.snapshot import PREFILL_COUNT, PREFILL_SUM, EngineKey, Snapshot
 
 
 class FirstRequestsWatch:

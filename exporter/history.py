@@ -20,13 +20,13 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vllm_glassbox.exporter.derive import (
+from vllm_glassbox.core.derive import (
     Increase,
     counters_restarted,
     increase_between,
     process_restarted,
 )
-from vllm_glassbox.exporter.snapshot import SUMS, EngineKey, Snapshot
+from vllm_glassbox.core.snapshot import SUMS, EngineKey, Snapshot
 
 
 @dataclass(frozen=True)

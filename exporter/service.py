@@ -21,25 +21,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from vllm_glassbox import __version__
-from vllm_glassbox.build import this_build
-from vllm_glassbox.explain.from_exporter import findings_document, scene_from_state
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.endpoints import landing_page, metrics_answer
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.exposition import (
-    PollState,
-    finding_families,
-    poll_families,
-    unrecognised_inputs,
-)
-from vllm_glassbox.exporter.fetch import DEFAULT_MAX_BYTES, Fetcher, TargetCredentials
-from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
-from vllm_glassbox.exporter.history import History
-from vllm_glassbox.exporter.kv_trend import KvPool, UsedTokensTrend, kv_pools, used_tokens
-from vllm_glassbox.exporter.layout import ParallelLayout, resolve_layout
-from vllm_glassbox.exporter.server import Answer, MetricsServer
-from vllm_glassbox.exporter.server_trail import SEVERAL_SERVERS, ServerTrail
-from vllm_glassbox.exporter.snapshot import (
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.build import this_build
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import DEFAULT_MAX_BYTES, Fetcher, TargetCredentials
+from vllm_glassbox.core.kv_trend import KvPool, UsedTokensTrend, kv_pools, used_tokens
+from vllm_glassbox.core.layout import ParallelLayout, resolve_layout
+from vllm_glassbox.core.snapshot import (
     ENGINE_STEPS,
     FILTERED_PAGE_PATH,
     EngineKey,
@@ -48,10 +36,10 @@ from vllm_glassbox.exporter.snapshot import (
     lost_since,
     read_snapshot,
 )
-from vllm_glassbox.exporter.startup_log import LogFollower, StartupFacts
-from vllm_glassbox.exporter.textformat import Limits
-from vllm_glassbox.exporter.webconfig import WebConfigSource
-from vllm_glassbox.exporter.weights import (
+from vllm_glassbox.core.startup_log import LogFollower, StartupFacts
+from vllm_glassbox.core.textformat import Limits
+from vllm_glassbox.core.ticker import ticks
+from vllm_glassbox.core.weights import (
     CheckpointSize,
     Model,
     Weights,
@@ -60,7 +48,20 @@ from vllm_glassbox.exporter.weights import (
     resolve_weights,
     told_apart,
 )
-from vllm_glassbox.ticker import ticks
+from vllm_glassbox.explain.from_exporter import findings_document
+from vllm_glassbox.exporter.endpoints import landing_page, metrics_answer
+from vllm_glassbox.exporter.exposition import (
+    PollState,
+    finding_families,
+    poll_families,
+    unrecognised_inputs,
+)
+from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
+from vllm_glassbox.exporter.history import History
+from vllm_glassbox.exporter.scene import scene_from_state
+from vllm_glassbox.exporter.server import Answer, MetricsServer
+from vllm_glassbox.exporter.server_trail import SEVERAL_SERVERS, ServerTrail
+from vllm_glassbox.exporter.webconfig import WebConfigSource
 
 log = logging.getLogger("glassbox.exporter")
 

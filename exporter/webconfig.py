@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 from prometheus_client.core import Metric
-from vllm_glassbox.exporter.series import WEB_CONFIG_RELOAD
+from vllm_glassbox.core.series import WEB_CONFIG_RELOAD
 
 log = logging.getLogger("glassbox.exporter")
 

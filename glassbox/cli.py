@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from vllm_glassbox import __version__
-from vllm_glassbox.helptext import examples
+from vllm_glassbox.core.helptext import examples
 
 # Each part registers its own flags; imports stay lazy so `glassbox exporter` never
 # pays for matplotlib or the Kubernetes client.

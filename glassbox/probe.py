@@ -18,11 +18,11 @@ import argparse
 from collections.abc import Sequence
 from functools import partial
 
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import TargetCredentials, fetch_once
-from vllm_glassbox.exporter.own_page import ExporterPage
-from vllm_glassbox.helptext import examples
-from vllm_glassbox.units import base_url_problems
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import TargetCredentials, fetch_once
+from vllm_glassbox.core.helptext import examples
+from vllm_glassbox.core.own_page import ExporterPage
+from vllm_glassbox.core.units import base_url_problems
 
 
 def exporter_problem(text: str) -> str | None:

@@ -14,7 +14,7 @@ job, model_name)` becomes `sum by (cluster, namespace, job, model_name)`. The ch
 `prometheusRule.additionalAggregationLabels` does the same in its template (the same
 pattern, in Go's regexp syntax); tests/rules/test_rules.py checks that the two agree.
 
-An SLO file (glassbox/slo.py, docs/slo.md) becomes one rule file of its own, with the
+An SLO file (core/slo.py, docs/slo.md) becomes one rule file of its own, with the
 aggregation labels too when given:
 
     glassbox rules --slo slo.yaml --out rules/     # writes rules/slo.rules.yaml
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from vllm_glassbox import slo
-from vllm_glassbox.helptext import examples
+from vllm_glassbox.core import slo
+from vllm_glassbox.core.helptext import examples
 
 # The labels the rules already aggregate or match on: adding one again is a mistake.
 RULE_LABELS = frozenset({"namespace", "job", "instance", "model_name", "engine", "position"})

@@ -1,10 +1,10 @@
 """The arithmetic every phase kind shares: pure functions over snapshots, increases and
 startup logs.
 
-Every per-request number is a function of the derivation core (`exporter/derive.py`);
+Every per-request number is a function of the derivation core (`core/derive.py`);
 this module gathers them: the facts of one server start, the numbers of some measured
 requests, and a segment's numbers to compare with the exporter's (by the exporter's own
-catalogue and derivation context, `exporter/series.py`). A kind's own
+catalogue and derivation context, `core/series.py`). A kind's own
 arithmetic (a variant, a point of the KV-pressure timeline) is in its module
 (`lab/experiments/`); what the numbers mean — medians, the fitted line, acts, speed-ups —
 is `findings.py` and the kinds' judgements.
@@ -17,14 +17,15 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vllm_glassbox.exporter import derive, series
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.cold_start import latest_start
-from vllm_glassbox.exporter.derive import Increase
-from vllm_glassbox.exporter.layout import resolve_layout
-from vllm_glassbox.exporter.snapshot import Snapshot, first_cache
-from vllm_glassbox.exporter.startup_log import read_facts
-from vllm_glassbox.exporter.weights import (
+from vllm_glassbox.core import derive, series
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.cold_start import latest_start
+from vllm_glassbox.core.derive import Increase
+from vllm_glassbox.core.layout import resolve_layout
+from vllm_glassbox.core.snapshot import Snapshot, first_cache
+from vllm_glassbox.core.startup_log import read_facts
+from vllm_glassbox.core.units import GIB
+from vllm_glassbox.core.weights import (
     Weights,
     estimate_from_config,
     read_checkpoint_weights,
@@ -33,7 +34,6 @@ from vllm_glassbox.exporter.weights import (
 from vllm_glassbox.lab.compared import COMPARED
 from vllm_glassbox.lab.results import RequestStats, Startup
 from vllm_glassbox.lab.vllm.client import Completion
-from vllm_glassbox.units import GIB
 
 # --- one server start ----------------------------------------------------------------------
 

@@ -21,7 +21,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vllm_glassbox.helptext import examples
+from vllm_glassbox.core.helptext import examples
+from vllm_glassbox.core.logs import add_log_flags, set_up_logging
+from vllm_glassbox.core.units import parse_host_port
 from vllm_glassbox.lab.backends.backend import Backend
 from vllm_glassbox.lab.backends.backend import exit_code as stopped_exit_code
 from vllm_glassbox.lab.backends.server_process import DEFAULT_COMMAND, free_port
@@ -32,8 +34,6 @@ from vllm_glassbox.lab.results import LabResults
 from vllm_glassbox.lab.runner import STOPPED
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, Observer, PhaseInfo
 from vllm_glassbox.lab.vllm.credentials import ApiKey, key_source, open_api_key
-from vllm_glassbox.logs import add_log_flags, set_up_logging
-from vllm_glassbox.units import parse_host_port
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

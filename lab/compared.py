@@ -20,14 +20,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vllm_glassbox.exporter import series
-from vllm_glassbox.exporter.own_page import ExporterPage
-from vllm_glassbox.exporter.series import Family
-from vllm_glassbox.exporter.snapshot import EngineKey
+from vllm_glassbox.core import series
+from vllm_glassbox.core.own_page import ExporterPage
+from vllm_glassbox.core.series import Family
+from vllm_glassbox.core.snapshot import EngineKey
+from vllm_glassbox.core.units import GIB
 from vllm_glassbox.lab import findings
 from vllm_glassbox.lab.report_format import integer, num
 from vllm_glassbox.lab.results import ComparedRow, SegmentComparison
-from vllm_glassbox.units import GIB
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_glassbox.helptext import examples
+from vllm_glassbox.core.helptext import examples
 from vllm_glassbox.lab.backends.backend import exit_code as stopped_exit_code
 from vllm_glassbox.lab.backends.local import LocalBackend
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess, scrape_config

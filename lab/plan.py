@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from vllm_glassbox.exporter.gpus import gpu_bandwidth
+from vllm_glassbox.core.gpus import gpu_bandwidth
+from vllm_glassbox.core.units import GIB
 from vllm_glassbox.lab.backends.targets import TINY_PREFIX, KubernetesTarget, LocalTarget
 from vllm_glassbox.lab.backends.tinymodel import PRECISIONS, VOCAB_SIZE, TinyModelSpec
 from vllm_glassbox.lab.experiments import KINDS, experiment
@@ -35,7 +36,6 @@ from vllm_glassbox.lab.plan_yaml import (
     unique,
 )
 from vllm_glassbox.lab.vllm.credentials import ApiKeySource
-from vllm_glassbox.units import GIB
 
 #: Largest random checkpoint a plan may ask to write; bigger models use vLLM's dummy loader.
 MAX_CHECKPOINT_BYTES = 4 * GIB

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from vllm_glassbox.core.units import parse_duration
 from vllm_glassbox.lab.backends.backend import REMOVE, FlagOverrides, FlagValue
-from vllm_glassbox.units import parse_duration
 
 _FLAG_NAME = re.compile(r"^--[a-z0-9]+(?:-[a-z0-9]+)*$")
 

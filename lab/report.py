@@ -19,6 +19,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from vllm_glassbox.core.prometheus import Prometheus
 from vllm_glassbox.explain.from_lab import report_section
 from vllm_glassbox.lab import findings
 from vllm_glassbox.lab.compared import BY_NAME, SLOW_POLLS
@@ -33,7 +34,6 @@ from vllm_glassbox.lab.report_format import (
     when,
 )
 from vllm_glassbox.lab.results import STARTUP_STAGES, LabResults, PhaseResult
-from vllm_glassbox.prometheus import Prometheus
 
 STAGE_TITLES = {
     "weights_load": "weights load s",

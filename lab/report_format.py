@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
+from vllm_glassbox.core.units import GIB
 from vllm_glassbox.lab.results import PhaseResult, Spread, Startup
-from vllm_glassbox.units import GIB
 
 T = TypeVar("T")
 

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.weights import Weights
-from vllm_glassbox.units import GIB
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.units import GIB
+from vllm_glassbox.core.weights import Weights
 
 JSON = dict[str, Any]
 
@@ -99,7 +99,7 @@ class Startup:
 
 @dataclass(frozen=True)
 class RequestStats:
-    """Derived values of the increase around some requests (exporter/derive.py)."""
+    """Derived values of the increase around some requests (core/derive.py)."""
 
     requests: int
     prompt_tokens: int

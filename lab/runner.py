@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_glassbox import __version__
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.derive import snapshot_increases
-from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import snapshot_increases
+from vllm_glassbox.core.snapshot import Snapshot
 from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
 from vllm_glassbox.lab.backends.backend import Backend, FlagOverrides, Terminated, restoring
 from vllm_glassbox.lab.compared import compare_segment, kept

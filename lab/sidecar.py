@@ -21,9 +21,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import TargetCredentials
-from vllm_glassbox.exporter.own_page import ExporterPage, read_exporter_page
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import TargetCredentials
+from vllm_glassbox.core.own_page import ExporterPage, read_exporter_page
 from vllm_glassbox.exporter.service import ExporterConfig, serve
 from vllm_glassbox.lab.backends.backend import Deployed
 from vllm_glassbox.lab.compared import KEPT

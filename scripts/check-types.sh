@@ -11,4 +11,4 @@ rm -rf build  # setuptools' staging folder: a module renamed since the last buil
   --target "$tmp" . 2> >(grep -v "is ignored" >&2)
 cp pyproject.toml "$tmp/"
 (cd "$tmp" && "$OLDPWD/.venv/bin/python" -m mypy --config-file pyproject.toml --cache-dir "$OLDPWD/.mypy_cache" -p vllm_glassbox) |
-  sed "s#^vllm_glassbox/exporter/#exporter/#; s#^vllm_glassbox/lab/#lab/#; s#^vllm_glassbox/dashboards/#dashboards/#; s#^vllm_glassbox/explain/#explain/#; s#^vllm_glassbox/#glassbox/#"
+  sed "s#^vllm_glassbox/core/#core/#; s#^vllm_glassbox/exporter/#exporter/#; s#^vllm_glassbox/lab/#lab/#; s#^vllm_glassbox/dashboards/#dashboards/#; s#^vllm_glassbox/explain/#explain/#; s#^vllm_glassbox/#glassbox/#"

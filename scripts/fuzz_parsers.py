@@ -10,7 +10,7 @@ corpus starts from the captured pages and logs in tests/fixtures/, plus the inpu
 as regression cases (tests/fixtures/fuzz/), and a dictionary of the names and phrases
 the parsers look for, so mutations reach the interesting paths quickly. A crash or a
 slow input (libFuzzer's -timeout) is written to CORPUS_DIR/../crashes/; keep it under
-tests/fixtures/fuzz/<target>/ once fixed, and tests/exporter/test_parser_contract.py replays it.
+tests/fixtures/fuzz/<target>/ once fixed, and tests/core/test_parser_contract.py replays it.
 
 Not part of CI: it runs for minutes and needs the `fuzz` extra (atheris).
 """
@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 # dictionary below gives the regexes' literals instead.)
 atheris.enabled_hooks.add("str")
 with atheris.instrument_imports(include=["vllm_glassbox", "tests.parser_contract"]):
-    from vllm_glassbox.exporter.snapshot import WANTED_SAMPLES
+    from vllm_glassbox.core.snapshot import WANTED_SAMPLES
 
     from tests.parser_contract import check_log, check_page
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from vllm_glassbox.exporter.snapshot import PREEMPTIONS, WAITING, read_snapshot
+from vllm_glassbox.core.snapshot import PREEMPTIONS, WAITING, read_snapshot
 from vllm_glassbox.lab.backends.server_process import ServerError, ServerProcess
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 

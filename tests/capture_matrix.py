@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import fetch_once
-from vllm_glassbox.exporter.own_page import ExporterPage
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import fetch_once
+from vllm_glassbox.core.own_page import ExporterPage
 from vllm_glassbox.lab.backends.server_process import (
     ChildProcess,
     ServerError,

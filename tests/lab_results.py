@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_glassbox.exporter.derive import Increase
+from vllm_glassbox.core.derive import Increase
+from vllm_glassbox.core.units import GIB
 from vllm_glassbox.lab.experiments.kv_pressure import TimelinePoint
 from vllm_glassbox.lab.experiments.quantization import Variant, VariantResult, variant_result
 from vllm_glassbox.lab.findings import spread
 from vllm_glassbox.lab.results import LabResults, PhaseResult, RequestStats, Startup
 from vllm_glassbox.lab.vllm.client import Completion
-from vllm_glassbox.units import GIB
 
 PNG = b"\x89PNG\r\n\x1a\n"  # how every PNG file begins
 

@@ -1,7 +1,7 @@
 """What the page parser and the log parser promise for ANY input: the fuzzers' oracle.
 
 `scripts/fuzz_parsers.py` feeds these two functions with inputs atheris mutates from the
-captured pages and logs; `tests/exporter/test_parser_contract.py` replays the inputs it kept. A
+captured pages and logs; `tests/core/test_parser_contract.py` replays the inputs it kept. A
 violation is an `AssertionError` (or any exception other than the ones allowed here).
 
 - The page parser (`read_snapshot`, the path a poll takes after the fetch) either returns
@@ -19,17 +19,17 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from vllm_glassbox.exporter.cold_start import read_cold_starts
-from vllm_glassbox.exporter.derive import (
+from vllm_glassbox.core.cold_start import read_cold_starts
+from vllm_glassbox.core.derive import (
     kv_cache_blocks,
     kv_cache_capacity_tokens,
     startup_stages,
     weights_from_log,
 )
-from vllm_glassbox.exporter.errors import ERROR_REASONS, ScrapeError
-from vllm_glassbox.exporter.snapshot import Snapshot, read_snapshot
-from vllm_glassbox.exporter.startup_log import StartupFacts, read_facts
-from vllm_glassbox.exporter.textformat import Limits
+from vllm_glassbox.core.errors import ERROR_REASONS, ScrapeError
+from vllm_glassbox.core.snapshot import Snapshot, read_snapshot
+from vllm_glassbox.core.startup_log import StartupFacts, read_facts
+from vllm_glassbox.core.textformat import Limits
 
 # Small limits, so that the fuzzer reaches the cardinality checks with small inputs.
 PAGE_LIMITS = Limits(max_series_per_metric=8, max_label_value_length=64)

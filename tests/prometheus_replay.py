@@ -1,6 +1,6 @@
 """Prometheus' answers, recorded from a real Prometheus and served again.
 
-`RecordingPrometheus` is the real client (`vllm_glassbox.prometheus.Prometheus`) that
+`RecordingPrometheus` is the real client (`vllm_glassbox.core.prometheus.Prometheus`) that
 keeps every instant query it made and what the real Prometheus answered;
 `tests/capture_prometheus.py` saves them as a recording (tests/fixtures/prometheus/).
 `serve_recording` answers those same queries over loopback HTTP, as Prometheus' API does,
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from vllm_glassbox.prometheus import Prometheus
+from vllm_glassbox.core.prometheus import Prometheus
 
 RECORDINGS = Path(__file__).resolve().parent / "fixtures" / "prometheus"
 

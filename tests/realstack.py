@@ -47,10 +47,12 @@ from typing import Any
 
 import httpx
 import yaml
-from vllm_glassbox import slo
-from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.core import slo
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.prometheus import Prometheus, PrometheusError
+from vllm_glassbox.core.snapshot import read_snapshot
+from vllm_glassbox.core.ticker import ticks
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
-from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess, scrape_config
 from vllm_glassbox.lab.backends.server_process import (
     DEFAULT_COMMAND,
@@ -59,9 +61,7 @@ from vllm_glassbox.lab.backends.server_process import (
     free_port,
 )
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
-from vllm_glassbox.prometheus import Prometheus, PrometheusError
 from vllm_glassbox.rules import slo_rule_file_text
-from vllm_glassbox.ticker import ticks
 
 REPO = Path(__file__).resolve().parent.parent
 GLASSBOX = str(Path(sys.executable).parent / "glassbox")

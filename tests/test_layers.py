@@ -1,12 +1,18 @@
 """The layers of the package, kept by its imports (read from the source, not run).
 
-The lab is laid out in layers: `lab/backends/` (where vLLM runs) and `lab/vllm/` (the
-talk to vLLM) at the bottom, beside the exporter they use; the modules every kind shares
-at the lab's top level (`results.py`, `analysis.py`, …) and `lab/experiments/base.py` and
-`pool_acts.py` above them; one package per experiment kind above those; and at the top
-the run's assembly (`cli`, `demo`, `launch`, `runner`, `plan`, `report`, `sidecar`,
-`telemetry`), which imports everything. An import that points upwards, or from one kind
-into another, is refused here with the file and line that makes it.
+Every package stands on `core/` (vLLM's pages and logs read, and every derived number),
+which stands on nothing of the project. `explain/` and `dashboards/` stand on the core; the
+sidecar (`exporter/`) on the core and on explain (its findings); the lab on all of those;
+the `glassbox` command and the benchmarks on everything. `ARROWS` says which package may
+import which, once; an import the table does not allow is refused with its file and line,
+at run time or for types alike.
+
+Inside the lab, layers again: `lab/backends/` (where vLLM runs) and `lab/vllm/` (the talk
+to vLLM) at the bottom; the modules every kind shares at the lab's top level
+(`results.py`, `analysis.py`, …) and `lab/experiments/base.py` and `pool_acts.py` above
+them; one package per experiment kind above those; and at the top the run's assembly
+(`cli`, `demo`, `launch`, `runner`, `plan`, `report`, `sidecar`, `telemetry`). An import
+that points upwards, or from one kind into another, is refused.
 """
 
 from __future__ import annotations
@@ -19,8 +25,27 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FOLDERS = {"glassbox": "vllm_glassbox", "exporter": "vllm_glassbox.exporter"}
-FOLDERS |= {"lab": "vllm_glassbox.lab", "dashboards": "vllm_glassbox.dashboards"}
+#: Each folder of the package and its import name; `benchmarks/` is read as a package too.
+FOLDERS = {
+    "glassbox": "vllm_glassbox",
+    "core": "vllm_glassbox.core",
+    "exporter": "vllm_glassbox.exporter",
+    "explain": "vllm_glassbox.explain",
+    "dashboards": "vllm_glassbox.dashboards",
+    "lab": "vllm_glassbox.lab",
+    "benchmarks": "benchmarks",
+}
+
+#: Which package may import which (itself always): the one table of the house's arrows.
+ARROWS: dict[str, set[str]] = {
+    "core": set(),
+    "explain": {"core"},
+    "dashboards": {"core"},
+    "exporter": {"core", "explain"},
+    "lab": {"core", "explain", "dashboards", "exporter"},
+    "glassbox": {"core", "explain", "dashboards", "exporter", "lab"},
+    "benchmarks": {"core", "explain", "dashboards", "exporter", "lab", "glassbox"},
+}
 
 #: The run's assembly: what puts the layers below together into a run.
 ASSEMBLY = ("cli", "demo", "launch", "runner", "plan", "report", "sidecar", "telemetry")
@@ -36,15 +61,22 @@ def module_of(path: Path) -> str:
     return ".".join(parts)
 
 
-def layer(module: str) -> str:
-    """Where a module of the package sits: exporter, dashboards, glassbox, or one of the
-    lab's layers (backends, vllm, shared, experiments, registry, kind:NAME, assembly)."""
+def package(module: str) -> str:
+    """Which of `ARROWS`' packages a module is in (`vllm_glassbox` itself: glassbox)."""
     parts = module.split(".")
-    if parts[:2] in (["vllm_glassbox", "exporter"], ["vllm_glassbox", "dashboards"]):
+    if parts[0] == "benchmarks":
+        return "benchmarks"
+    if len(parts) > 1 and parts[1] in ARROWS and parts[1] != "glassbox":
         return parts[1]
-    if parts[:2] != ["vllm_glassbox", "lab"]:
-        return "glassbox"
-    rest = parts[2:]
+    return "glassbox"
+
+
+def layer(module: str) -> str:
+    """Where a module of the lab sits (backends, vllm, shared, experiments, registry,
+    kind:NAME, assembly); outside the lab, its package."""
+    if package(module) != "lab":
+        return package(module)
+    rest = module.split(".")[2:]
     if not rest:
         return "shared"  # the lab package's own __init__
     if rest[0] in ASSEMBLY:
@@ -60,14 +92,23 @@ def layer(module: str) -> str:
 
 #: The lab's layers; a kind's is "kind:NAME".
 LAB = {"assembly", "shared", "registry", "experiments", "backends", "vllm"}
+#: Where the lab reaches the sidecar: the exporter run beside each server.
+LAB_TO_EXPORTER = {"assembly"}
 
 
 def forbidden(importer: str, imported: str) -> str | None:
     """Why `importer` may not import `imported`; None when it may."""
+    mine, theirs = package(importer), package(imported)
+    if imported == "vllm_glassbox" or imported.startswith("vllm_glassbox.__"):
+        return None  # the package root: its version, nothing else
+    if mine != theirs and theirs not in ARROWS[mine]:
+        return f"{mine}/ never imports {theirs}/"
+    if mine == "lab" and theirs == "exporter" and layer(importer) not in LAB_TO_EXPORTER:
+        return "only the run's assembly starts the sidecar"
+    if mine != "lab" or theirs != "lab":
+        return None
     mine, theirs = layer(importer), layer(imported)
     kind = theirs.startswith("kind:")
-    if mine == "exporter" and (theirs == "dashboards" or theirs in LAB or kind):
-        return "the exporter never imports the lab or the dashboards"
     if mine in ("backends", "vllm") and (theirs in LAB - {mine} or kind):
         return f"lab/{mine}/ imports nothing of the lab outside itself"
     if mine.startswith("kind:"):
@@ -98,7 +139,7 @@ def imports_of(path: Path) -> Iterator[Import]:
             # `from vllm_glassbox.lab import findings` imports the module findings.
             names = [f"{node.module}.{a.name}" for a in node.names]
         for name in names:
-            if name.startswith("vllm_glassbox."):
+            if name.startswith(("vllm_glassbox.", "benchmarks.")):
                 yield Import(f"{path.relative_to(REPO)}:{node.lineno}", importer, name)
 
 
@@ -127,8 +168,17 @@ def test_every_import_of_the_package_points_down_its_layers() -> None:
         ("lab.experiments.base", "lab.experiments.kv_pressure", True),
         ("lab.results", "lab.report", True),
         ("lab.vllm.client", "lab.results", True),
-        ("exporter.derive", "lab.results", True),
-        ("exporter.derive", "dashboards.panels", True),
+        ("core.derive", "lab.results", True),
+        ("core.derive", "dashboards.panels", True),
+        ("core.derive", "exporter.history", True),
+        ("core.slo", "explain.scene", True),
+        ("explain.from_exporter", "exporter.exposition", True),
+        ("explain.diagnoses", "core.derive", False),
+        ("exporter.scene", "explain.scene", False),
+        ("dashboards.catalog", "explain.render", True),
+        ("lab.analysis", "exporter.service", True),
+        ("lab.sidecar", "exporter.service", False),
+        ("lab.report", "explain.render", False),
         ("lab.runner", "lab.experiments.kv_pressure", False),
     ],
 )

@@ -40,9 +40,9 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import Fetcher
-from vllm_glassbox.exporter.snapshot import read_snapshot
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import Fetcher
+from vllm_glassbox.core.snapshot import read_snapshot
 from vllm_glassbox.lab.backends.args import apply_overrides
 from vllm_glassbox.lab.backends.backend import Deployed, FlagOverrides
 from vllm_glassbox.lab.backends.restore_protocol import (

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Self
 
 import yaml
+from vllm_glassbox.core.prometheus import Prometheus
 from vllm_glassbox.lab.backends.server_process import ChildProcess, free_port
-from vllm_glassbox.prometheus import Prometheus
 
 
 def scrape_config(

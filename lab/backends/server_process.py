@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import fetch_once
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import fetch_once
 
 DEFAULT_COMMAND = f"{shlex.quote(sys.executable)} -m vllm.entrypoints.openai.api_server"
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, Self, TypeVar
 
-from vllm_glassbox.exporter.own_page import ExporterPage
-from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.core.own_page import ExporterPage
+from vllm_glassbox.core.snapshot import Snapshot
 from vllm_glassbox.lab.backends.backend import Deployed, FlagOverrides, Terminated
 from vllm_glassbox.lab.backends.server_process import ServerError
 from vllm_glassbox.lab.plan_yaml import Node

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vllm_glassbox.exporter.derive import counter_increase
+from vllm_glassbox.core.derive import counter_increase
 
 
 @dataclass(frozen=True)

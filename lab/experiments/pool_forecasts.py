@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from vllm_glassbox.exporter import derive, series
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.kv_trend import UsedTokensTrend
-from vllm_glassbox.exporter.own_page import ExporterPage
-from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot
+from vllm_glassbox.core import derive, series
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.kv_trend import UsedTokensTrend
+from vllm_glassbox.core.own_page import ExporterPage
+from vllm_glassbox.core.snapshot import EngineKey, Snapshot
 from vllm_glassbox.lab.experiments.pool_acts import TimelinePoint, preemption_jumps
 
 #: How far back the pool's growth is measured for its time to exhaustion: the lab's and

@@ -3,7 +3,7 @@
 The numbers themselves come from the derivation core: a request's increase is the core's
 `snapshot_increases` on both sides of it (its counter and restart rule, the exporter's
 too), combined over engines with `engines_together`, and every derived value is a
-function of `exporter/derive.py`.
+function of `core/derive.py`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.derive import Increase, engines_together, snapshot_increases
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import Fetcher
-from vllm_glassbox.exporter.snapshot import (
+from vllm_glassbox.core import derive
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import Increase, engines_together, snapshot_increases
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import Fetcher
+from vllm_glassbox.core.snapshot import (
     GENERATION_TOKENS,
     REQUESTS_FINISHED,
     Snapshot,

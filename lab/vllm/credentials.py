@@ -17,7 +17,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from vllm_glassbox.exporter.fetch import TargetCredentials, read_token
+from vllm_glassbox.core.fetch import TargetCredentials, read_token
 
 
 @dataclass(frozen=True)

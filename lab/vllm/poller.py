@@ -20,9 +20,9 @@ import sys
 import threading
 import time
 
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import Fetcher, TargetCredentials
-from vllm_glassbox.ticker import ticks
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import Fetcher, TargetCredentials
+from vllm_glassbox.core.ticker import ticks
 
 
 def poll_forever(

@@ -1,5 +1,5 @@
 """The chart's prometheusRule.slo: the same objectives render the same rules as
-`glassbox rules --slo` (the chart's template and glassbox/slo.py fill one rule template),
+`glassbox rules --slo` (the chart's template and core/slo.py fill one rule template),
 the SLO alerts follow the chart's alert settings, and what the CLI refuses the chart
 refuses too, naming the key."""
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
-from vllm_glassbox import slo
+from vllm_glassbox.core import slo
 from vllm_glassbox.rules import with_aggregation_labels
 
 from tests.chart_render import HelmError, render
-from tests.glassbox.test_slo import GOOD, REFUSED, changed
+from tests.core.test_slo import GOOD, REFUSED, changed
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((REPO / "alerts" / "slo" / "example.yaml").read_text())
@@ -119,7 +119,7 @@ def test_notes_say_which_thresholds_are_counted_at_a_lower_boundary() -> None:
 def test_what_glassbox_rules_refuses_the_chart_refuses(
     change: dict[str, object], key: str, says: str
 ) -> None:
-    """Each refusal of tests/glassbox/test_slo.py: the schema names the path
+    """Each refusal of tests/core/test_slo.py: the schema names the path
     (/prometheusRule/slo/objectives/0…), the template the key and says what the command
     says."""
     with pytest.raises(HelmError) as chart:

@@ -24,6 +24,8 @@ from typing import Any
 import promql_parser
 import pytest
 import yaml
+from vllm_glassbox.core.prometheus import Prometheus
+from vllm_glassbox.core.series import WINDOWED
 from vllm_glassbox.dashboards import catalog
 from vllm_glassbox.dashboards import queries as q
 from vllm_glassbox.dashboards.cli import main
@@ -48,12 +50,10 @@ from vllm_glassbox.dashboards.panel_data import (
     stacked_bar_cells,
 )
 from vllm_glassbox.dashboards.pictures import draw_pictures
-from vllm_glassbox.exporter.series import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
 from vllm_glassbox.lab.backends.server_process import free_port
 from vllm_glassbox.lab.telemetry import GrafanaAnnotations, PhaseInfo, Segment
-from vllm_glassbox.prometheus import Prometheus
 
 from tests import vllm_metric_names as vllm
 from tests.fixtures import log as fixture_log

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import promql_parser
 import pytest
+from vllm_glassbox.core.prometheus import Prometheus
 from vllm_glassbox.dashboards import catalog
 from vllm_glassbox.dashboards.grafana import TimeRange
 from vllm_glassbox.dashboards.panel_data import PanelData, Series, TargetData, query_dashboard
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
-from vllm_glassbox.prometheus import Prometheus
 
 from tests import remote_write
 from tests.alertmanager import webhooks

@@ -14,7 +14,7 @@ evaluating alerts/*.yaml every second. In order:
 What must hold afterwards:
 
 - no series of the exporter is ever negative, and no windowed series spikes: each value
-  lies within the values the derivation core (exporter/derive.py) gives on vLLM's raw
+  lies within the values the derivation core (core/derive.py) gives on vLLM's raw
   counters, as Prometheus scraped them independently, for every window whose ends lie
   within a few seconds of the exporter's own window (`SPIKE_FACTOR` of slack);
 - `VLLMTargetRestarted` fires after the kill, from both signals, never before, and the
@@ -47,10 +47,10 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter.derive import Context, Increase, snapshot_increases
-from vllm_glassbox.exporter.own_page import read_exporter_page
-from vllm_glassbox.exporter.series import WINDOWED
-from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot, read_snapshot
+from vllm_glassbox.core.derive import Context, Increase, snapshot_increases
+from vllm_glassbox.core.own_page import read_exporter_page
+from vllm_glassbox.core.series import WINDOWED
+from vllm_glassbox.core.snapshot import EngineKey, Snapshot, read_snapshot
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
 from vllm_glassbox.lab.backends.server_process import ChildProcess, ServerProcess, free_port
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate

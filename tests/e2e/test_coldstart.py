@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.cold_start import read_cold_starts
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.cold_start import read_cold_starts
 
 from tests.realstack import RUNNING, WAITING, RealStack, first_preemption, waits_again
 

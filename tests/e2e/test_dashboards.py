@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from vllm_glassbox.core.prometheus import Prometheus
 from vllm_glassbox.dashboards import catalog
 from vllm_glassbox.dashboards.cli import main
 from vllm_glassbox.dashboards.grafana import panels_of, time_range
 from vllm_glassbox.dashboards.panel_data import PanelData, query_dashboard
-from vllm_glassbox.prometheus import Prometheus
 
 from tests.realstack import RealStack
 

@@ -33,10 +33,10 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter.fetch import Fetcher, fetch_once
-from vllm_glassbox.exporter.own_page import ExporterPage
+from vllm_glassbox.core.fetch import Fetcher, fetch_once
+from vllm_glassbox.core.own_page import ExporterPage
+from vllm_glassbox.core.snapshot import FILTERED_PAGE_PATH, read_snapshot
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
-from vllm_glassbox.exporter.snapshot import FILTERED_PAGE_PATH, read_snapshot
 from vllm_glassbox.lab.backends.server_process import ServerProcess
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 

@@ -30,10 +30,10 @@ import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from vllm_glassbox.core.prometheus import Prometheus, PrometheusError
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess, scrape_config
 from vllm_glassbox.lab.backends.server_process import ServerProcess, free_port
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
-from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
 from tests.chart_render import REPO, Rendered, containers, render
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import Increase
 from vllm_glassbox.explain.scene import ObjectiveState, Reading, Scene, Scope, Window
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.derive import Increase
 
 MIB = 1024**2
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from vllm_glassbox.core import derive
 from vllm_glassbox.explain.diagnoses import explain
 from vllm_glassbox.explain.findings import Finding
 from vllm_glassbox.explain.render import render, sentence
 from vllm_glassbox.explain.scene import Blind, LabBaseline, scene_from_json, scene_to_json
-from vllm_glassbox.exporter import derive
 
 from tests.explain import scenes
 from tests.explain.scenes import MIB, r

@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client import generate_latest
+from vllm_glassbox.core.gpus import gpu_bandwidth
 from vllm_glassbox.explain.diagnoses import explain
 from vllm_glassbox.explain.findings import Finding
-from vllm_glassbox.explain.from_exporter import scene_from_state
 from vllm_glassbox.explain.scene import Scene
 from vllm_glassbox.exporter.exposition import unrecognised_inputs
-from vllm_glassbox.exporter.gpus import gpu_bandwidth
+from vllm_glassbox.exporter.scene import scene_from_state
 from vllm_glassbox.exporter.service import Poller, make_registry, make_server
 
 from tests.explain.run import explain as run_explain

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_glassbox.exporter import derive
+from vllm_glassbox.core import derive
 
 from tests.explain.run import Ran, explain
 from tests.golden import check_golden

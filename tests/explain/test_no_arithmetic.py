@@ -1,7 +1,7 @@
 """One rule per number: a finding computes nothing itself.
 
 The diagnoses (explain/diagnoses.py) state numbers only as figures read from a source or
-computed by a function of the derivation core (exporter/derive.py). Two checks keep it
+computed by a function of the derivation core (core/derive.py). Two checks keep it
 so: the module has no arithmetic at all (read from its syntax tree), and `core` refuses
 any function that is not the core's.
 """
@@ -12,9 +12,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from vllm_glassbox.core import derive
 from vllm_glassbox.explain import diagnoses
 from vllm_glassbox.explain.findings import core
-from vllm_glassbox.exporter import derive
 
 DIAGNOSES = Path(diagnoses.__file__)
 #: Calls that compute a number (max and min only select among figures, so they stay).

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from vllm_glassbox import slo as objectives
+from vllm_glassbox.core import slo as objectives
 from vllm_glassbox.explain.diagnoses import BEHIND, BURNS, explain
 from vllm_glassbox.explain.findings import Finding
 from vllm_glassbox.explain.from_prometheus import with_slo_file

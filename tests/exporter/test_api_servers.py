@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter import derive
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.startup_log import read_facts
 from vllm_glassbox.exporter.service import Poller
-from vllm_glassbox.exporter.startup_log import read_facts
 
 from tests.exporter.test_edges import _published
 from tests.exporter.test_exposition_golden import Clock, PageSequence, config

@@ -22,12 +22,12 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter import series
+from vllm_glassbox.core import series
+from vllm_glassbox.core.errors import ERROR_REASONS, ScrapeError
+from vllm_glassbox.core.gpus import GPU_MEMORY_BANDWIDTH
+from vllm_glassbox.core.weights import weights_from_config
 from vllm_glassbox.exporter.cli import build_parser, config_from_args, main
-from vllm_glassbox.exporter.errors import ERROR_REASONS, ScrapeError
-from vllm_glassbox.exporter.gpus import GPU_MEMORY_BANDWIDTH
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
-from vllm_glassbox.exporter.weights import weights_from_config
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, write_safetensors
 
 from tests.fixtures import page as fixture_page

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.derive import snapshot_increases
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import snapshot_increases
+from vllm_glassbox.core.snapshot import EngineKey, EngineSample, Snapshot
 from vllm_glassbox.exporter.history import History
-from vllm_glassbox.exporter.snapshot import EngineKey, EngineSample, Snapshot
 
 # Bounded, and never timed: a busy machine must not fail them.
 QUICK = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import Fetcher
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import Fetcher
 from vllm_glassbox.exporter.service import Poller, make_registry
 
 from tests.exporter.test_exposition_golden import Clock, config

@@ -12,12 +12,12 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.derive import counters_restarted
-from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import counters_restarted
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.exporter.server_trail import SEVERAL_SERVERS
 from vllm_glassbox.exporter.service import Poller, make_registry
-from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 
 from tests.exporter.test_exposition_golden import Clock, PageSequence, config
 from tests.fixtures import page

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import Fetcher
-from vllm_glassbox.exporter.gpus import gpu_bandwidth
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import Fetcher
+from vllm_glassbox.core.gpus import gpu_bandwidth
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, _config, write_safetensors
 

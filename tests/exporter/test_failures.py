@@ -34,8 +34,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox import __version__
-from vllm_glassbox.exporter.errors import ERROR_REASONS
-from vllm_glassbox.exporter.series import WINDOWED
+from vllm_glassbox.core.errors import ERROR_REASONS
+from vllm_glassbox.core.series import WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
 
 from tests.misbehaving import (

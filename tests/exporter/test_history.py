@@ -7,11 +7,11 @@ import re
 import tracemalloc
 
 import pytest
-from vllm_glassbox.exporter import derive
+from vllm_glassbox.core import derive
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.snapshot import EngineKey, Snapshot, read_snapshot
 from vllm_glassbox.exporter import history as history_module
-from vllm_glassbox.exporter import snapshot as s
 from vllm_glassbox.exporter.history import History
-from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot, read_snapshot
 
 from tests.fixtures import grow_engines, page
 

@@ -26,10 +26,10 @@ import logging
 from pathlib import Path
 
 import pytest
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import Fetcher
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import Fetcher
+from vllm_glassbox.core.units import GIB
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
-from vllm_glassbox.units import GIB
 
 from tests.fixtures import log, page
 

@@ -1,7 +1,7 @@
 """One rule per number: the lab and the exporter compute every shared number alike.
 
 The lab measures with the derivation core and the weights and layout resolution
-(`exporter/derive.py`, `exporter/weights.py`, `exporter/layout.py`) and never loads the
+(`core/derive.py`, `core/weights.py`, `core/layout.py`) and never loads the
 exporter's service or its page (`exporter/exposition.py`); given the same
 vLLM log, page and checkpoint, the lab's startup facts and the exporter's series agree.
 """
@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter import snapshot as s
+from vllm_glassbox.core import derive
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.snapshot import read_snapshot
 from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
-from vllm_glassbox.exporter.snapshot import read_snapshot
 from vllm_glassbox.lab.analysis import checkpoint_weights, segment_values, startup_facts
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, _config, write_safetensors
 from vllm_glassbox.lab.compared import COMPARED_NAMES
@@ -27,24 +27,24 @@ from vllm_glassbox.lab.experiments.quantization.judge import bandwidth as quanti
 from vllm_glassbox.lab.experiments.rate_sweep.views import server_view
 from vllm_glassbox.lab.vllm.client import increase
 
-from tests.exporter.test_cuda_h200x2_captures import _moe_config
+from tests.core.test_cuda_h200x2_captures import _moe_config
 from tests.exporter.test_exposition_golden import PageSequence
 from tests.fixtures import LOGS, log, page
 
 
-def test_the_lab_never_loads_the_exporters_service_or_page() -> None:
+def test_the_lab_loads_the_core_and_nothing_of_the_sidecar() -> None:
     code = (
         "import sys\n"
         "import vllm_glassbox.lab.analysis, vllm_glassbox.lab.runner\n"
         "import vllm_glassbox.lab.vllm.client\n"
-        "print(sorted(m for m in sys.modules if m.startswith('vllm_glassbox.exporter.')))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('vllm_glassbox.')))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     loaded = done.stdout.strip()
-    assert "exporter.weights" in loaded and "exporter.derive" in loaded
-    assert "exporter.service" not in loaded and "exporter.exposition" not in loaded
+    assert "core.weights" in loaded and "core.derive" in loaded
+    assert "vllm_glassbox.exporter" not in loaded
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Reading an exporter's own page back (exporter/own_page.py): one meaning of "polled
+"""Reading an exporter's own page back (core/own_page.py): one meaning of "polled
 since t" for the lab's sidecar, `glassbox probe` and the tests."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import time
 
 import pytest
 from prometheus_client import generate_latest
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.own_page import ExporterPage
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.own_page import ExporterPage
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 
 from tests.exporter.test_exposition_golden import PageSequence

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import Fetcher
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import Fetcher
+from vllm_glassbox.core.snapshot import WANTED_SAMPLES, read_snapshot
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
-from vllm_glassbox.exporter.snapshot import WANTED_SAMPLES, read_snapshot
 
 from tests.exporter.test_exposition_golden import Clock
 from tests.fixtures import page

@@ -23,8 +23,9 @@ import httpx
 import pytest
 import yaml
 from prometheus_client import generate_latest
+from vllm_glassbox.core.fetch import TargetCredentials
+from vllm_glassbox.core.prometheus import Prometheus, PrometheusError
 from vllm_glassbox.exporter.cli import main as exporter_main
-from vllm_glassbox.exporter.fetch import TargetCredentials
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry, make_server
 from vllm_glassbox.exporter.webconfig import (
     BasicAuth,
@@ -34,7 +35,6 @@ from vllm_glassbox.exporter.webconfig import (
 )
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
 from vllm_glassbox.probe import main as probe_main
-from vllm_glassbox.prometheus import Prometheus, PrometheusError
 
 from tests.k8s_double import wait_until
 from tests.misbehaving import FakeVllm, Misbehaving, guarded, healthy

@@ -1,4 +1,4 @@
-"""The catalogue of exported families (exporter/series.py) against what the exporter serves.
+"""The catalogue of exported families (core/series.py) against what the exporter serves.
 
 Every family the exporter can publish is declared there with the type, HELP and labels it
 is served with, and nothing is declared that the exporter never publishes.
@@ -10,17 +10,17 @@ import re
 from pathlib import Path
 
 from prometheus_client.core import Metric
-from vllm_glassbox.build import Build
-from vllm_glassbox.exporter import series
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.cold_start import ColdStart
-from vllm_glassbox.exporter.derive import FirstRequests, Increase
+from vllm_glassbox.core import series
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.build import Build
+from vllm_glassbox.core.cold_start import ColdStart
+from vllm_glassbox.core.derive import FirstRequests, Increase
+from vllm_glassbox.core.kv_trend import Growth, kv_pools
+from vllm_glassbox.core.log_patterns import LogTime
+from vllm_glassbox.core.snapshot import CacheConfig, EngineKey, EngineSample, Snapshot
+from vllm_glassbox.core.weights import Weights
 from vllm_glassbox.exporter.exposition import PollState, build_families
-from vllm_glassbox.exporter.kv_trend import Growth, kv_pools
-from vllm_glassbox.exporter.log_patterns import LogTime
-from vllm_glassbox.exporter.snapshot import CacheConfig, EngineKey, EngineSample, Snapshot
 from vllm_glassbox.exporter.webconfig import WebConfigSource
-from vllm_glassbox.exporter.weights import Weights
 
 WINDOW_SECONDS = 42.0
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.kv_trend import KvPool, kv_pools
+from vllm_glassbox.core import derive
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.kv_trend import KvPool, kv_pools
+from vllm_glassbox.core.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.exporter.service import Poller, make_registry
-from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
 
 from tests.exporter.test_exposition_golden import Clock, PageSequence, config
 from tests.fixtures import page

@@ -6,11 +6,11 @@ server's startup facts (lab/analysis.py).
 from __future__ import annotations
 
 import pytest
-from vllm_glassbox.exporter.snapshot import read_snapshot
-from vllm_glassbox.exporter.weights import Weights
+from vllm_glassbox.core.snapshot import read_snapshot
+from vllm_glassbox.core.units import GIB
+from vllm_glassbox.core.weights import Weights
 from vllm_glassbox.lab.analysis import request_stats, startup_facts
 from vllm_glassbox.lab.vllm.client import Completion, increase
-from vllm_glassbox.units import GIB
 
 from tests.fixtures import log, page
 

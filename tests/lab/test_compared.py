@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter.derive import snapshot_increases
-from vllm_glassbox.exporter.own_page import ExporterPage
-from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
+from vllm_glassbox.core.derive import snapshot_increases
+from vllm_glassbox.core.own_page import ExporterPage
+from vllm_glassbox.core.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.lab.analysis import segment_values, startup_facts
 from vllm_glassbox.lab.compared import SLOW_POLLS, compare_segment, kept
 from vllm_glassbox.lab.report import render_markdown

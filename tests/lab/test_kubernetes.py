@@ -18,7 +18,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from vllm_glassbox.exporter.startup_log import read_facts
+from vllm_glassbox.core.startup_log import read_facts
 from vllm_glassbox.lab.backends.args import REMOVE
 from vllm_glassbox.lab.backends.backend import Backend, exit_code, restoring
 from vllm_glassbox.lab.backends.kubernetes import KubernetesBackend, KubernetesError, Timeouts

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+from vllm_glassbox.core.units import GIB
 from vllm_glassbox.lab.experiments.kv_pressure import KvPressureResult, pressure_summary
 from vllm_glassbox.lab.experiments.quantization import QuantizationResult, VariantResult, fit_tpot
 from vllm_glassbox.lab.experiments.spec_decode import SpecDecodeResult, spec_runs
 from vllm_glassbox.lab.report import render_markdown, why_empty, write_outputs
 from vllm_glassbox.lab.results import LabResults, Peak, PhaseResult
-from vllm_glassbox.units import GIB
 
 from tests.lab_results import PNG, no_nan, point_at, spec_run, startup, stats, variant
 

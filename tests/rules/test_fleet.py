@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from vllm_glassbox import slo
+from vllm_glassbox.core import slo
 from vllm_glassbox.dashboards import queries as q
 from vllm_glassbox.dashboards.grafana import TimeRange, substitute
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess

@@ -13,7 +13,7 @@ from typing import Any
 
 import promql_parser
 import yaml
-from vllm_glassbox.exporter.derive import KV_EXHAUSTION_WARNING_SECONDS, KV_POOL_FULL
+from vllm_glassbox.core.derive import KV_EXHAUSTION_WARNING_SECONDS, KV_POOL_FULL
 from vllm_glassbox.lab.experiments import experiment
 from vllm_glassbox.lab.plan_yaml import Node
 

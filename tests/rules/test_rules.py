@@ -26,11 +26,11 @@ import promql_parser
 import pytest
 import yaml
 from vllm_glassbox import rules
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.derive import Increase, engines_together, increase_between
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.derive import Increase, engines_together, increase_between
+from vllm_glassbox.core.snapshot import EngineKey, read_snapshot
+from vllm_glassbox.core.textformat import parse_samples
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
-from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
-from vllm_glassbox.exporter.textformat import parse_samples
 
 from tests.fixtures import LOGS
 from tests.fixtures import page as fixture_page
@@ -653,7 +653,7 @@ def test_recording_rules_equal_the_derivation_core_on_the_same_counter_increases
     if result.returncode != 0:
         shown = run(diagnose=True)
         pytest.fail(
-            "recording rules disagree with exporter/derive.py:\n"
+            "recording rules disagree with core/derive.py:\n"
             + result.stdout
             + result.stderr
             + "\nvalues the rules computed (got) against derive.py (exp):\n"

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from vllm_glassbox import rules, slo
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.textformat import parse_samples
+from vllm_glassbox import rules
+from vllm_glassbox.core import derive, slo
+from vllm_glassbox.core.textformat import parse_samples
 
 from tests.dashboards.test_dashboards import BOARDS
 from tests.fixtures import page as fixture_page

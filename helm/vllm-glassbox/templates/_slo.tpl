@@ -1,6 +1,6 @@
 {{- /*
 The rules of prometheusRule.slo's objectives (docs/slo.md): files/slo/slo_rules.yaml (a copy
-of glassbox/slo_rules.yaml) filled as glassbox/slo.py fills it, so the chart and
+of glassbox/slo_rules.yaml) filled as core/slo.py fills it, so the chart and
 `glassbox rules --slo` render the same rules (tests/chart/test_slo.py compares them).
 
 Returns YAML: {groups: [...], notes: [...]}, a note for each latency threshold counted at

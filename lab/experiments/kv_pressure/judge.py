@@ -7,8 +7,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.kv_pressure.result import Act, PressureSummary
 from vllm_glassbox.lab.experiments.pool_acts import (
     FILLING,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_glassbox.exporter.derive import KV_POOL_FULL
+from vllm_glassbox.core.derive import KV_POOL_FULL
 from vllm_glassbox.lab.backends.backend import FlagOverrides
 from vllm_glassbox.lab.experiments.base import SingleServer
 from vllm_glassbox.lab.plan_yaml import (

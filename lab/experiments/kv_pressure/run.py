@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.core.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.base import PhaseFailed, Services, describe_error
 from vllm_glassbox.lab.experiments.kv_pressure.judge import pressure_summary, timeline_point
 from vllm_glassbox.lab.experiments.kv_pressure.phase import KvPressurePhase

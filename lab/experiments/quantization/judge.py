@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vllm_glassbox.exporter import derive, series
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.derive import Increase, marginal_weight_read_bandwidth
+from vllm_glassbox.core import derive, series
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import Increase, marginal_weight_read_bandwidth
 from vllm_glassbox.lab import findings
 from vllm_glassbox.lab.analysis import request_stats
 from vllm_glassbox.lab.experiments.quantization.phase import Variant

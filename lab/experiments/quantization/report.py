@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from vllm_glassbox.core.units import GIB
 from vllm_glassbox.lab import findings
 from vllm_glassbox.lab.experiments.quantization.judge import above_peak
 from vllm_glassbox.lab.experiments.quantization.result import (
@@ -31,7 +32,6 @@ from vllm_glassbox.lab.report_format import (
     table_of,
 )
 from vllm_glassbox.lab.results import PhaseResult, Startup
-from vllm_glassbox.units import GIB
 
 
 def summary(q: QuantizationResult) -> str | None:

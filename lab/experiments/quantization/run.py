@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vllm_glassbox.exporter.derive import Increase
+from vllm_glassbox.core.derive import Increase
 from vllm_glassbox.lab import findings
 from vllm_glassbox.lab.experiments.base import STOPPED, PhaseFailed, Services, describe_error
 from vllm_glassbox.lab.experiments.quantization.judge import (

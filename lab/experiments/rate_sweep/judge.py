@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from vllm_glassbox.exporter import derive
+from vllm_glassbox.core import derive
 from vllm_glassbox.lab.experiments.rate_sweep.result import (
     ClientView,
     Knee,
@@ -218,7 +218,7 @@ def step_goodput(step: SweepStep) -> tuple[float | None, float | None]:
 
 def within_slos(step: SweepStep, keep_up: float) -> bool | None:
     """Whether a step kept its requests within the SLOs: with an SLO file, every objective
-    at its target (glassbox/slo.py); else the benchmark's goodput share at `keep_up`."""
+    at its target (core/slo.py); else the benchmark's goodput share at `keep_up`."""
     if step.slo is not None:
         return step.slo.met
     share = slo_share(step.client) if step.client else None

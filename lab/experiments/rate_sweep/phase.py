@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_glassbox import slo
-from vllm_glassbox.exporter.derive import KV_POOL_FULL
+from vllm_glassbox.core import slo
+from vllm_glassbox.core.derive import KV_POOL_FULL
 from vllm_glassbox.lab.backends.backend import FlagOverrides
 from vllm_glassbox.lab.experiments.base import SingleServer
 from vllm_glassbox.lab.plan_yaml import (
@@ -78,7 +78,7 @@ class RateSweepPhase(SingleServer):
     bench_command: tuple[str, ...]
     seed: int = 0
     #: An SLO file (`slo: FILE`): goodput and the knee by its objectives, the same
-    #: definition as its rules (glassbox/slo.py), instead of the benchmark's `goodput`.
+    #: definition as its rules (core/slo.py), instead of the benchmark's `goodput`.
     slo: slo.SloFile | None = None
     kind: str = KIND
 

@@ -8,11 +8,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from vllm_glassbox.core.slo import Goodput
 from vllm_glassbox.lab.experiments.pool_acts import TimelinePoint
 from vllm_glassbox.lab.experiments.pool_forecasts import ForecastJudgement
 from vllm_glassbox.lab.experiments.rate_sweep.phase import BENCH_LAUNCHER
 from vllm_glassbox.lab.results import JSON, Startup, startup_json
-from vllm_glassbox.slo import Goodput
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vllm_glassbox import slo
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.core import derive, slo
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.base import PhaseFailed, Served, Services
 from vllm_glassbox.lab.experiments.pool_acts import act_names
 from vllm_glassbox.lab.experiments.pool_forecasts import Forecaster, judge_timeline

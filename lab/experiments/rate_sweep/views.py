@@ -7,13 +7,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_glassbox import slo
-from vllm_glassbox.exporter import derive, series
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.derive import Increase
-from vllm_glassbox.exporter.own_page import ExporterPage
-from vllm_glassbox.exporter.series import KV_FREE
-from vllm_glassbox.exporter.snapshot import Snapshot
+from vllm_glassbox.core import derive, series, slo
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import Increase
+from vllm_glassbox.core.own_page import ExporterPage
+from vllm_glassbox.core.series import KV_FREE
+from vllm_glassbox.core.snapshot import Snapshot
 from vllm_glassbox.lab.experiments.pool_forecasts import PoolForecast, exporter_forecast
 from vllm_glassbox.lab.experiments.rate_sweep.result import ClientView, ServerView, SweepPoint
 from vllm_glassbox.lab.findings import fit_line

@@ -4,7 +4,7 @@ first request after each start measured apart (it pays one-time costs)."""
 
 from __future__ import annotations
 
-from vllm_glassbox.exporter.derive import Increase
+from vllm_glassbox.core.derive import Increase
 from vllm_glassbox.lab import findings
 from vllm_glassbox.lab.analysis import request_stats
 from vllm_glassbox.lab.experiments.base import Served, Services

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_glassbox.exporter.snapshot import read_snapshot
+from vllm_glassbox.core.snapshot import read_snapshot
 from vllm_glassbox.lab.experiments.kv_pressure import (
     KvPressureResult,
     TimelinePoint,

@@ -13,8 +13,8 @@ import statistics
 from typing import Any
 
 import pytest
-from vllm_glassbox.exporter.own_page import ExporterPage
-from vllm_glassbox.exporter.snapshot import read_snapshot
+from vllm_glassbox.core.own_page import ExporterPage
+from vllm_glassbox.core.snapshot import read_snapshot
 from vllm_glassbox.lab.experiments.pool_forecasts import (
     FALSE_ALARM_GRACE_SECONDS,
     Forecaster,

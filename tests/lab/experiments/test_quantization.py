@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from vllm_glassbox.core.units import GIB
 from vllm_glassbox.lab.experiments.quantization import (
     ABOVE_LINE,
     FULL_SIZE,
@@ -20,7 +21,6 @@ from vllm_glassbox.lab.experiments.quantization import (
     full_size_variants,
 )
 from vllm_glassbox.lab.report import write_outputs
-from vllm_glassbox.units import GIB
 
 from tests.lab_results import results_with, variant
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.snapshot import read_snapshot
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.snapshot import read_snapshot
 from vllm_glassbox.lab.backends.backend import Deployed
 from vllm_glassbox.lab.cli import main as lab_main
 from vllm_glassbox.lab.experiments.pool_forecasts import Forecaster, judge_timeline

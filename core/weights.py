@@ -32,9 +32,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.layout import ParallelLayout
-from vllm_glassbox.exporter.startup_log import StartupFacts
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.layout import ParallelLayout
+from vllm_glassbox.core.startup_log import StartupFacts
 
 #: Tensors vLLM casts to the model's dtype when the checkpoint is not quantized.
 _FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import yaml
-from vllm_glassbox.units import parse_duration
+from vllm_glassbox.core.units import parse_duration
 
 
 class PrometheusError(RuntimeError):

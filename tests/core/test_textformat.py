@@ -1,12 +1,12 @@
-"""The strict, targeted reader of Prometheus text exposition (exporter/textformat.py)."""
+"""The strict, targeted reader of Prometheus text exposition (core/textformat.py)."""
 
 from __future__ import annotations
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.snapshot import WANTED_SAMPLES
-from vllm_glassbox.exporter.textformat import DEFAULT_LIMITS, Limits, parse_samples
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.snapshot import WANTED_SAMPLES
+from vllm_glassbox.core.textformat import DEFAULT_LIMITS, Limits, parse_samples
 
 from tests.fixtures import METRICS, grow_engines, page
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.derive import Context, Increase
-from vllm_glassbox.exporter.weights import Weights
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.derive import Context, Increase
+from vllm_glassbox.core.weights import Weights
 
 ENGINE = ("model_name", "engine")  # vLLM's labels of one engine (data-parallel rank)
 START = ("model_name", "start")  # one start of vLLM, from its log

@@ -24,14 +24,14 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox import __version__
-from vllm_glassbox.build import REVISION_ENV, UNKNOWN, git_revision, revision, this_build
 from vllm_glassbox.cli import main as glassbox_main
+from vllm_glassbox.core.build import REVISION_ENV, UNKNOWN, git_revision, revision, this_build
+from vllm_glassbox.core.logs import JsonFormatter, LogfmtFormatter, set_up_logging
+from vllm_glassbox.core.snapshot import WANTED_SAMPLES
 from vllm_glassbox.dashboards.cli import join_relative_times
 from vllm_glassbox.dashboards.cli import main as dashboards_main
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
-from vllm_glassbox.exporter.snapshot import WANTED_SAMPLES
 from vllm_glassbox.lab.plan import PlanError, load_plan
-from vllm_glassbox.logs import JsonFormatter, LogfmtFormatter, set_up_logging
 from vllm_glassbox.probe import main as probe_main
 
 from tests.k8s_double import wait_until

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.cold_start import read_cold_starts
-from vllm_glassbox.exporter.layout import resolve_layout
-from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
-from vllm_glassbox.exporter.startup_log import read_facts
-from vllm_glassbox.exporter.weights import checkpoint_weights, config_size, resolve_weights
+from vllm_glassbox.core import derive
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.cold_start import read_cold_starts
+from vllm_glassbox.core.layout import resolve_layout
+from vllm_glassbox.core.snapshot import EngineKey, read_snapshot
+from vllm_glassbox.core.startup_log import read_facts
+from vllm_glassbox.core.weights import checkpoint_weights, config_size, resolve_weights
 
 from tests.fixtures import log, page
 

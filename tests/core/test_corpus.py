@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 import yaml
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.cold_start import read_cold_starts
-from vllm_glassbox.exporter.layout import resolve_layout
-from vllm_glassbox.exporter.snapshot import ENGINE_STEPS, read_snapshot
-from vllm_glassbox.exporter.startup_log import read_facts
-from vllm_glassbox.exporter.weights import resolve_weights
-from vllm_glassbox.units import GIB
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.cold_start import read_cold_starts
+from vllm_glassbox.core.layout import resolve_layout
+from vllm_glassbox.core.snapshot import ENGINE_STEPS, read_snapshot
+from vllm_glassbox.core.startup_log import read_facts
+from vllm_glassbox.core.units import GIB
+from vllm_glassbox.core.weights import resolve_weights
 
 from tests.fixtures import FIXTURES
 

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from vllm_glassbox.units import GIB
+from vllm_glassbox.core.units import GIB
 
 # Numbers as vLLM writes them, and no longer: a line whose number does not fit (1.2.3, a
 # thousand digits) is not a startup fact, so it never raises and never yields inf.

@@ -18,7 +18,7 @@ A latency objective counts the requests in one bucket of vLLM's histogram: the b
 its threshold, or, when the threshold is not a boundary of vLLM's buckets, the nearest
 boundary below it (never a rounding up: a request just over the threshold is never counted
 good). `warnings()` says which. The chart (`prometheusRule.slo`) takes the same data and its
-template fills the same rule text (slo_rules.yaml, beside this module).
+template fills the same rule text (glassbox/slo_rules.yaml, the package root's data).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from vllm_glassbox.exporter import derive
+from vllm_glassbox.core import derive
 
 # --- what vLLM measures ---------------------------------------------------------------------
 
@@ -52,7 +52,7 @@ RULES_TEMPLATE = "slo_rules.yaml"
 
 
 def template_text() -> str:
-    """The rule template (beside this module; the chart has a copy in files/slo/)."""
+    """The rule template (glassbox/slo_rules.yaml; the chart has a copy in files/slo/)."""
     return (resources.files("vllm_glassbox") / RULES_TEMPLATE).read_text(encoding="utf-8")
 
 

@@ -10,16 +10,16 @@ import dataclasses
 import math
 
 import pytest
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.derive import (
+from vllm_glassbox.core import derive
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import (
     Context,
     Increase,
     counter_increase,
     increase_between,
 )
-from vllm_glassbox.exporter.series import WINDOWED
-from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
+from vllm_glassbox.core.series import WINDOWED
+from vllm_glassbox.core.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec
 
 from tests.fixtures import page

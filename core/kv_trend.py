@@ -12,13 +12,13 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vllm_glassbox.exporter.derive import (
+from vllm_glassbox.core.derive import (
     engine_sleeping,
     kv_cache_capacity_tokens,
     kv_cache_held_tokens,
     kv_cache_used_tokens,
 )
-from vllm_glassbox.exporter.snapshot import AWAKE, KV_USAGE, EngineKey, Snapshot
+from vllm_glassbox.core.snapshot import AWAKE, KV_USAGE, EngineKey, Snapshot
 
 
 @dataclass(frozen=True)

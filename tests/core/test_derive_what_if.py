@@ -10,7 +10,7 @@ tokens, 32 MiB 16,384) and the H200 runs of docs/results/h200/ (BF16 14.29 GiB w
 from __future__ import annotations
 
 import pytest
-from vllm_glassbox.exporter import derive
+from vllm_glassbox.core import derive
 
 GIB = 1024**3
 MIB = 1024**2

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 from urllib.parse import quote
 
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.textformat import DEFAULT_LIMITS, Labels, Limits, Samples, parse_samples
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.textformat import DEFAULT_LIMITS, Labels, Limits, Samples, parse_samples
 
 # Canonical counter names. Values are cumulative, per (model_name, engine).
 GENERATION_TOKENS = "generation_tokens"

@@ -6,11 +6,11 @@ lines and samples by hand (quoted beside each), not from the parsers."""
 from __future__ import annotations
 
 import pytest
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.cold_start import read_cold_starts
-from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
-from vllm_glassbox.exporter.startup_log import read_facts
+from vllm_glassbox.core import derive
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.cold_start import read_cold_starts
+from vllm_glassbox.core.snapshot import EngineKey, read_snapshot
+from vllm_glassbox.core.startup_log import read_facts
 
 from tests.fixtures import log, page
 

@@ -22,8 +22,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from vllm_glassbox.exporter.cold_start import ColdStart
-from vllm_glassbox.exporter.log_patterns import (
+from vllm_glassbox.core.cold_start import ColdStart
+from vllm_glassbox.core.log_patterns import (
     API_SERVER_PREFIX,
     API_SERVERS,
     CONCURRENCY,
@@ -43,7 +43,7 @@ from vllm_glassbox.exporter.log_patterns import (
     WEIGHTS,
     served_name,
 )
-from vllm_glassbox.exporter.log_writers import (
+from vllm_glassbox.core.log_writers import (
     JSON_UNPLACED,
     LEVEL,
     REPEATED,
@@ -52,7 +52,7 @@ from vllm_glassbox.exporter.log_writers import (
     text_line,
     writer,
 )
-from vllm_glassbox.units import GIB
+from vllm_glassbox.core.units import GIB
 
 
 @dataclass(frozen=True)

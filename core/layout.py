@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_glassbox.exporter.startup_log import StartupFacts
+from vllm_glassbox.core.startup_log import StartupFacts
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from vllm_glassbox.exporter.log_patterns import (
+from vllm_glassbox.core.log_patterns import (
     COMPILE,
     ENGINE_INIT,
     GRAPHS,
@@ -23,7 +23,7 @@ from vllm_glassbox.exporter.log_patterns import (
     log_time,
     served_name,
 )
-from vllm_glassbox.exporter.log_writers import REPEATED, text_line, writer
+from vllm_glassbox.core.log_writers import REPEATED, text_line, writer
 
 
 def _add(per_process: Mapping[str, float], process: str, seconds: float) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Weight bytes from checkpoints and configs, and the GPU bandwidth table (exporter/weights.py)."""
+"""Weight bytes from checkpoints and configs, and the GPU bandwidth table (core/weights.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
-from vllm_glassbox.exporter.gpus import GPU_MEMORY_BANDWIDTH, gpu_bandwidth
-from vllm_glassbox.exporter.weights import (
+from vllm_glassbox.core.gpus import GPU_MEMORY_BANDWIDTH, gpu_bandwidth
+from vllm_glassbox.core.weights import (
     TensorBytes,
     checkpoint_directory,
     checkpoint_files,

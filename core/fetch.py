@@ -44,7 +44,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-from vllm_glassbox.exporter.errors import ScrapeError, plain_reason
+from vllm_glassbox.core.errors import ScrapeError, plain_reason
 
 
 class _Watchdog:

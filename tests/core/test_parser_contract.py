@@ -12,15 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from vllm_glassbox.exporter.cold_start import latest_start
-from vllm_glassbox.exporter.derive import (
+from vllm_glassbox.core.cold_start import latest_start
+from vllm_glassbox.core.derive import (
     STARTUP_STAGES,
     kv_cache_blocks,
     kv_cache_capacity_tokens,
     startup_stages,
 )
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.snapshot import EngineKey, Snapshot
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.snapshot import EngineKey, Snapshot
 
 from tests.fixtures import FIXTURES
 from tests.parser_contract import MAX_MESSAGE, check_log, check_page

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from vllm_glassbox import rules, slo
-from vllm_glassbox.exporter import derive
+from vllm_glassbox import rules
+from vllm_glassbox.core import derive, slo
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "alerts" / "slo" / "example.yaml"

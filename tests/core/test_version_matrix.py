@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from functools import cache
 
 import pytest
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.cold_start import read_cold_starts
-from vllm_glassbox.exporter.snapshot import EngineKey, read_snapshot
-from vllm_glassbox.exporter.startup_log import read_facts
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.cold_start import read_cold_starts
+from vllm_glassbox.core.snapshot import EngineKey, read_snapshot
+from vllm_glassbox.core.startup_log import read_facts
 from vllm_glassbox.lab.backends.server_process import exceptions_in_log
 
 from tests.fixtures import FIXTURES

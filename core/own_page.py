@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.exporter import series
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.fetch import TargetCredentials, fetch_once
+from vllm_glassbox.core import series
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.fetch import TargetCredentials, fetch_once
 
 Samples = Mapping[str, Sequence[tuple[Mapping[str, str], float]]]
 

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.units import GIB
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.units import GIB
 
 
 def counter_increase(before: float, after: float) -> float:

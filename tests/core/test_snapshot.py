@@ -1,14 +1,14 @@
-"""Version-independent reading of vLLM pages (exporter/snapshot.py)."""
+"""Version-independent reading of vLLM pages (core/snapshot.py)."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
-from vllm_glassbox.exporter import snapshot as s
-from vllm_glassbox.exporter.derive import kv_cache_blocks, kv_cache_capacity_tokens
-from vllm_glassbox.exporter.errors import ScrapeError
-from vllm_glassbox.exporter.snapshot import (
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import kv_cache_blocks, kv_cache_capacity_tokens
+from vllm_glassbox.core.errors import ScrapeError
+from vllm_glassbox.core.snapshot import (
     ENGINE_STEPS,
     GENERATION_TOKENS,
     EngineKey,

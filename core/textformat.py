@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from vllm_glassbox.exporter.errors import ScrapeError
+from vllm_glassbox.core.errors import ScrapeError
 
 Labels = tuple[tuple[str, str], ...]
 """Label pairs sorted by name: hashable, so a series is (name, labels)."""

@@ -1,4 +1,4 @@
-"""Startup facts from vLLM's log in every format since v0.11 (exporter/startup_log.py)."""
+"""Startup facts from vLLM's log in every format since v0.11 (core/startup_log.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
-from vllm_glassbox.exporter import derive
-from vllm_glassbox.exporter.cold_start import ColdStart, latest_start, read_cold_starts
-from vllm_glassbox.exporter.layout import resolve_layout
-from vllm_glassbox.exporter.log_patterns import log_time
-from vllm_glassbox.exporter.log_writers import writer
-from vllm_glassbox.exporter.startup_log import LogFollower, StartupFacts, read_facts
-from vllm_glassbox.exporter.weights import resolve_weights
-from vllm_glassbox.units import GIB
+from vllm_glassbox.core import derive
+from vllm_glassbox.core.cold_start import ColdStart, latest_start, read_cold_starts
+from vllm_glassbox.core.layout import resolve_layout
+from vllm_glassbox.core.log_patterns import log_time
+from vllm_glassbox.core.log_writers import writer
+from vllm_glassbox.core.startup_log import LogFollower, StartupFacts, read_facts
+from vllm_glassbox.core.units import GIB
+from vllm_glassbox.core.weights import resolve_weights
 
 from tests.fixtures import FIXTURES, log
 

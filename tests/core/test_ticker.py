@@ -1,4 +1,4 @@
-"""The one fixed-period schedule (glassbox/ticker.py), on a clock the test moves."""
+"""The one fixed-period schedule (core/ticker.py), on a clock the test moves."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 from typing import Literal
 
 import pytest
-from vllm_glassbox.ticker import ticks
+from vllm_glassbox.core.ticker import ticks
 
 
 class Clock:
