@@ -2,7 +2,7 @@
 
 Every number a finding states is a `Figure`: either read as the source gave it (`read`:
 a counter's increase, a gauge, a label) or computed by a function of the derivation core
-(`core`: `core/derive.py`, and only there — `core` refuses any other function). The
+(`core`: `core/derive/`, and only there — `core` refuses any other function). The
 sentences are templates whose `{name}` fields are figures, so the words and the numbers
 are kept apart: `render.py` formats them, `tests/explain/test_no_arithmetic.py` checks
 that the diagnoses do no arithmetic of their own.
@@ -64,7 +64,7 @@ def _unwrapped(argument: Argument) -> tuple[Any, tuple[str, ...]]:
 def core(fn: Callable[..., float | int | None], *args: Argument, unit: Unit) -> Figure | None:
     """`fn` of the derivation core over `args` (readings, figures, a window's increase,
     plain values such as a threshold); None when it is absent or an argument is."""
-    if getattr(fn, "__module__", None) != derive.__name__:
+    if getattr(derive, getattr(fn, "__name__", ""), None) is not fn:
         raise TypeError(f"{fn!r} is not a function of the derivation core")
     values: list[Any] = []
     sources: list[str] = []

@@ -1,7 +1,7 @@
 """The arithmetic every phase kind shares: pure functions over snapshots, increases and
 startup logs.
 
-Every per-request number is a function of the derivation core (`core/derive.py`);
+Every per-request number is a function of the derivation core (`core/derive/`);
 this module gathers them: the facts of one server start, the numbers of some measured
 requests, and a segment's numbers to compare with the exporter's (by the exporter's own
 catalogue and derivation context, `core/series.py`). A kind's own

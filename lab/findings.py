@@ -2,7 +2,7 @@
 the report share.
 
 Every number here is computed once and stored in the results; the report only words it.
-The per-request numbers themselves come from the derivation core (`core/derive.py`);
+The per-request numbers themselves come from the derivation core (`core/derive/`);
 this module adds the lab's own arithmetic over many of them, the same for every kind:
 
 - the spread of repeated measurements (median, extremes) and when it says "noisy";

@@ -99,7 +99,7 @@ class Startup:
 
 @dataclass(frozen=True)
 class RequestStats:
-    """Derived values of the increase around some requests (core/derive.py)."""
+    """Derived values of the increase around some requests (core/derive/)."""
 
     requests: int
     prompt_tokens: int

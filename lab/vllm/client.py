@@ -3,7 +3,7 @@
 The numbers themselves come from the derivation core: a request's increase is the core's
 `snapshot_increases` on both sides of it (its counter and restart rule, the exporter's
 too), combined over engines with `engines_together`, and every derived value is a
-function of `core/derive.py`.
+function of `core/derive/`.
 """
 
 from __future__ import annotations

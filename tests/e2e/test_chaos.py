@@ -14,7 +14,7 @@ evaluating alerts/*.yaml every second. In order:
 What must hold afterwards:
 
 - no series of the exporter is ever negative, and no windowed series spikes: each value
-  lies within the values the derivation core (core/derive.py) gives on vLLM's raw
+  lies within the values the derivation core (core/derive/) gives on vLLM's raw
   counters, as Prometheus scraped them independently, for every window whose ends lie
   within a few seconds of the exporter's own window (`SPIKE_FACTOR` of slack);
 - `VLLMTargetRestarted` fires after the kill, from both signals, never before, and the

@@ -1,7 +1,7 @@
 """One rule per number: a finding computes nothing itself.
 
 The diagnoses (explain/diagnoses.py) state numbers only as figures read from a source or
-computed by a function of the derivation core (core/derive.py). Two checks keep it
+computed by a function of the derivation core (core/derive/). Two checks keep it
 so: the module has no arithmetic at all (read from its syntax tree), and `core` refuses
 any function that is not the core's.
 """

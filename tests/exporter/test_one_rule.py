@@ -1,7 +1,7 @@
 """One rule per number: the lab and the exporter compute every shared number alike.
 
 The lab measures with the derivation core and the weights and layout resolution
-(`core/derive.py`, `core/weights.py`, `core/layout.py`) and never loads the
+(`core/derive/`, `core/weights.py`, `core/layout.py`) and never loads the
 exporter's service or its page (`exporter/exposition.py`); given the same
 vLLM log, page and checkpoint, the lab's startup facts and the exporter's series agree.
 """

@@ -653,7 +653,7 @@ def test_recording_rules_equal_the_derivation_core_on_the_same_counter_increases
     if result.returncode != 0:
         shown = run(diagnose=True)
         pytest.fail(
-            "recording rules disagree with core/derive.py:\n"
+            "recording rules disagree with core/derive/:\n"
             + result.stdout
             + result.stderr
             + "\nvalues the rules computed (got) against derive.py (exp):\n"

@@ -45,7 +45,7 @@ RELATIVE_TOLERANCE = 1e-9  # float arithmetic in another order; anything more is
 
 
 def derivation_core_cases() -> Iterator[Case]:
-    """test_rules' comparison of every ratio rule with core/derive.py, on pages captured
+    """test_rules' comparison of every ratio rule with core/derive/, on pages captured
     from vLLM, as promtool cases (the same series and expectations promtool runs)."""
     for name, scenario in sorted(test_rules.SCENARIOS.items()):
         group = {

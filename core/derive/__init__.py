@@ -1,0 +1,214 @@
+"""The derivation core: every number glassbox publishes, as pure functions.
+
+The exporter (over a sliding window), the lab (around one request), explain and the tests
+all compute derived values here and nowhere else. Inputs are `Increase`s: how much each
+canonical counter grew over some span (`increases`, where the one rule for a counter
+that restarted is). A ratio whose denominator did not grow is None: absent, never 0 and
+never NaN (`arithmetic`).
+
+One module per concern, each standing only on the ones above it here:
+
+- `arithmetic`: the ratio rule, what physics allows, shares and prediction errors
+- `increases`: counter increases, restarts, engines combined
+- `rates`: rates and steps (decode, prefill, preemptions, a process's CPU)
+- `objectives`: service-level objectives (bad requests, burn rates, error budgets)
+- `speculation`: speculative decoding, and its break-even
+- `bandwidth`: weights and memory bandwidth, and another precision
+- `kv_cache`: the KV pool, its forecast, and another memory budget
+- `startup`: cold start, and the first requests after it
+
+Every public name is importable from the package, as callers use it
+(`from vllm_glassbox.core import derive; derive.ratio`, or
+`from vllm_glassbox.core.derive import Increase`). A new concern (say, the KV transfer of
+disaggregated serving, or cost per token) is one new module here, standing on the
+modules above; its public names imported below and listed in `__all__`; its tests in
+tests/core/. tests/core/test_derive_package.py fails on a public name the package does
+not export, a name two concerns define, and a concern that imports the package rather
+than a module of it.
+"""
+
+from __future__ import annotations
+
+from vllm_glassbox.core.derive.arithmetic import (
+    physically_possible,
+    prediction_error,
+    ratio,
+    share_of,
+)
+from vllm_glassbox.core.derive.bandwidth import (
+    Context,
+    active_weights,
+    active_weights_of,
+    decode_floor_seconds,
+    decode_step_at_bandwidth,
+    decode_step_on_line,
+    marginal_weight_read_bandwidth,
+    memory_bandwidth_utilization,
+    weight_bytes_per_output_token,
+    weight_read_bandwidth_per_gpu,
+    weights_at_bits,
+    weights_from_log,
+)
+from vllm_glassbox.core.derive.increases import (
+    Increase,
+    counter_increase,
+    counters_restarted,
+    engines_together,
+    increase_between,
+    process_restarted,
+    snapshot_increases,
+)
+from vllm_glassbox.core.derive.kv_cache import (
+    KV_EXHAUSTION_WARNING_SECONDS,
+    KV_POOL_FULL,
+    engine_sleeping,
+    gpu_memory_utilization_for,
+    kv_cache_blocks,
+    kv_cache_bytes_per_token,
+    kv_cache_capacity_tokens,
+    kv_cache_exhaustion_seconds,
+    kv_cache_fill,
+    kv_cache_free_tokens,
+    kv_cache_headroom_requests,
+    kv_cache_headroom_requests_at_completion,
+    kv_cache_held_tokens,
+    kv_cache_mean_request_tokens,
+    kv_cache_memory_at_utilization,
+    kv_cache_memory_bytes,
+    kv_cache_memory_for_tokens,
+    kv_cache_memory_with_weights,
+    kv_cache_tokens_demanded,
+    kv_cache_tokens_for_memory,
+    kv_cache_used_tokens,
+    request_tokens_at_completion,
+    requests_that_fit,
+    tokens_recomputed_by_preemptions,
+)
+from vllm_glassbox.core.derive.objectives import (
+    burn_rate,
+    error_budget_remaining,
+    request_time_per_output_token,
+    requests_over_threshold,
+    slo_error_ratio,
+)
+from vllm_glassbox.core.derive.rates import (
+    cpu_seconds_per_second,
+    decode_tokens,
+    engine_steps_per_second,
+    generation_tokens_per_second,
+    inter_token_latency,
+    preemptions_per_second,
+    request_prefill_seconds,
+    steps_counted_once,
+    time_per_output_token,
+    time_per_token_of_step,
+    time_to_first_token,
+    tokens_per_engine_step,
+    tokens_per_forward_pass,
+)
+from vllm_glassbox.core.derive.speculation import (
+    spec_acceptance_ratio,
+    spec_break_even_tokens_per_pass,
+    spec_coverage_needed,
+    spec_draft_coverage,
+    spec_mean_acceptance_length,
+    spec_position_acceptance,
+    spec_speedup,
+)
+from vllm_glassbox.core.derive.startup import (
+    STARTUP_STAGES,
+    FirstRequests,
+    LoggedStart,
+    StartupStages,
+    first_request_prefill_seconds,
+    model_load_bytes_per_second,
+    startup_stages,
+    startup_without_stage,
+    warm_request_prefill_seconds,
+    weights_load_seconds,
+)
+
+__all__ = [
+    "KV_EXHAUSTION_WARNING_SECONDS",
+    "KV_POOL_FULL",
+    "STARTUP_STAGES",
+    "Context",
+    "FirstRequests",
+    "Increase",
+    "LoggedStart",
+    "StartupStages",
+    "active_weights",
+    "active_weights_of",
+    "burn_rate",
+    "counter_increase",
+    "counters_restarted",
+    "cpu_seconds_per_second",
+    "decode_floor_seconds",
+    "decode_step_at_bandwidth",
+    "decode_step_on_line",
+    "decode_tokens",
+    "engine_sleeping",
+    "engine_steps_per_second",
+    "engines_together",
+    "error_budget_remaining",
+    "first_request_prefill_seconds",
+    "generation_tokens_per_second",
+    "gpu_memory_utilization_for",
+    "increase_between",
+    "inter_token_latency",
+    "kv_cache_blocks",
+    "kv_cache_bytes_per_token",
+    "kv_cache_capacity_tokens",
+    "kv_cache_exhaustion_seconds",
+    "kv_cache_fill",
+    "kv_cache_free_tokens",
+    "kv_cache_headroom_requests",
+    "kv_cache_headroom_requests_at_completion",
+    "kv_cache_held_tokens",
+    "kv_cache_mean_request_tokens",
+    "kv_cache_memory_at_utilization",
+    "kv_cache_memory_bytes",
+    "kv_cache_memory_for_tokens",
+    "kv_cache_memory_with_weights",
+    "kv_cache_tokens_demanded",
+    "kv_cache_tokens_for_memory",
+    "kv_cache_used_tokens",
+    "marginal_weight_read_bandwidth",
+    "memory_bandwidth_utilization",
+    "model_load_bytes_per_second",
+    "physically_possible",
+    "prediction_error",
+    "preemptions_per_second",
+    "process_restarted",
+    "ratio",
+    "request_prefill_seconds",
+    "request_time_per_output_token",
+    "request_tokens_at_completion",
+    "requests_over_threshold",
+    "requests_that_fit",
+    "share_of",
+    "slo_error_ratio",
+    "snapshot_increases",
+    "spec_acceptance_ratio",
+    "spec_break_even_tokens_per_pass",
+    "spec_coverage_needed",
+    "spec_draft_coverage",
+    "spec_mean_acceptance_length",
+    "spec_position_acceptance",
+    "spec_speedup",
+    "startup_stages",
+    "startup_without_stage",
+    "steps_counted_once",
+    "time_per_output_token",
+    "time_per_token_of_step",
+    "time_to_first_token",
+    "tokens_per_engine_step",
+    "tokens_per_forward_pass",
+    "tokens_recomputed_by_preemptions",
+    "warm_request_prefill_seconds",
+    "weight_bytes_per_output_token",
+    "weight_read_bandwidth_per_gpu",
+    "weights_at_bits",
+    "weights_from_log",
+    "weights_load_seconds",
+]
