@@ -3,7 +3,7 @@ diagnosis, each number with where it was read.
 
 A scene is filled by one reader — Prometheus (`from_prometheus.py`), an exporter's own
 state (`from_exporter.py`) or a lab run (`from_lab.py`) — and read by the diagnoses
-(`diagnoses.py`), which compute nothing themselves: the derived numbers come from the
+(`diagnoses/`), which compute nothing themselves: the derived numbers come from the
 derivation core over the scene's counter increases and readings. A reading the source
 does not have is None (absent), never 0: a finding says what is missing instead.
 

@@ -411,7 +411,7 @@ def test_burn_rate_and_budget_remaining_by_hand() -> None:
 
 def test_the_burn_alerts_are_read_from_the_rule_template_as_the_workbook_has_them() -> None:
     """The SRE workbook's windows and factors, as the template's alert expressions say them:
-    what glassbox explain judges a burn by (explain/diagnoses.py)."""
+    what glassbox explain judges a burn by (explain/diagnoses/slo.py)."""
     clauses = {
         alert: [(c.windows, c.factor) for c in found] for alert, found in slo.BURN_ALERTS.items()
     }

@@ -1,9 +1,9 @@
 """One rule per number: a finding computes nothing itself.
 
-The diagnoses (explain/diagnoses.py) state numbers only as figures read from a source or
-computed by a function of the derivation core (core/derive/). Two checks keep it
-so: the module has no arithmetic at all (read from its syntax tree), and `core` refuses
-any function that is not the core's.
+The diagnoses (explain/diagnoses/, one module each) state numbers only as figures read
+from a source or computed by a function of the derivation core (core/derive/). Two
+checks keep it so: no module of the package has arithmetic at all (read from its syntax
+tree), and `core` refuses any function that is not the core's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from vllm_glassbox.core import derive
 from vllm_glassbox.explain import diagnoses
 from vllm_glassbox.explain.findings import core
 
-DIAGNOSES = Path(diagnoses.__file__)
+#: Every module of the diagnoses' package: the diagnoses, their registry, what they share.
+MODULES = sorted(Path(diagnoses.__file__).parent.glob("*.py"))
 #: Calls that compute a number (max and min only select among figures, so they stay).
 ARITHMETIC_CALLS = {"sum", "round", "abs", "pow", "divmod", "fsum", "prod", "mean", "fmean"}
 #: Operators on numbers (| is not one: `Reading | None` is a type).
@@ -45,8 +46,15 @@ def arithmetic_in(source: str) -> list[str]:
     return found
 
 
-def test_the_diagnoses_compute_no_number_themselves() -> None:
-    assert arithmetic_in(DIAGNOSES.read_text()) == []
+def test_every_diagnosis_has_its_module_read_by_the_check() -> None:
+    read = {p.stem for p in MODULES}
+    assert {d.__name__ for d in diagnoses.DIAGNOSES} <= read
+    assert {"common", "registry", "__init__"} <= read
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda p: p.name)
+def test_the_diagnoses_compute_no_number_themselves(module: Path) -> None:
+    assert arithmetic_in(module.read_text()) == []
 
 
 @pytest.mark.parametrize(
