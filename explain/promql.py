@@ -1,0 +1,204 @@
+"""The PromQL of a reading from Prometheus: the selection (namespace, model, window), every
+query one reading takes for all its models at once, and their answers by model.
+
+The counters are `sum by (namespace, model_name) (increase(COUNTER{…}[W]))`: rate first
+(increase handles counter resets), then the sum over engines and replicas. The
+exporter-wide series carry no `model_name`: each is joined to the models its exporter
+serves through the exporter's own per-engine series (same namespace, job and instance).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_glassbox.core import series
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.prometheus import Prometheus
+from vllm_glassbox.explain.scene import Reading
+
+Key = tuple[str, str]  # (namespace, model_name); "" where a label is absent
+
+#: vLLM's counters read over the window (their canonical names: core/snapshot.py).
+COUNTERS = (
+    s.GENERATION_TOKENS,
+    s.PROMPT_TOKENS,
+    s.TTFT_SUM,
+    s.TTFT_COUNT,
+    s.ITL_SUM,
+    s.ITL_COUNT,
+    s.ENGINE_STEPS,
+    s.PREEMPTIONS,
+    s.SPEC_DRAFTS,
+    s.SPEC_DRAFT_TOKENS,
+    s.SPEC_ACCEPTED,
+)
+BY = "namespace, model_name"
+#: The SLO rules' records (glassbox/slo_rules.yaml) an objective is read from.
+SLO_RECORD = "namespace_job_model_name_slo:glassbox_slo_"
+SLO_RECORDS = (
+    "target:ratio",
+    "error_ratio:",
+    "error_budget_remaining:ratio",
+    "boundary_missing:count",
+)
+#: The labels of an SLO record that say which objective of which model it is; the others
+#: (job, and aggregation labels such as cluster) tell its series apart.
+SLO_IDENTITY = ("__name__", "namespace", "model_name", "slo", "sli", "threshold")
+
+
+@dataclass(frozen=True)
+class Selection:
+    prometheus_url: str
+    namespace: str | None
+    model: str | None
+    window_seconds: float
+    at: float  # unix seconds the window ends
+
+    def selector(self, model: bool = True, extra: str = "") -> str:
+        """The label matchers of the selection (`model`: with its model_name)."""
+        matchers = []
+        if self.namespace is not None:
+            matchers.append(f'namespace="{escaped(self.namespace)}"')
+        if model and self.model is not None:
+            matchers.append(f'model_name="{escaped(self.model)}"')
+        if extra:
+            matchers.append(extra)
+        return "{" + ",".join(matchers) + "}"
+
+    @property
+    def range(self) -> str:
+        return f"[{self.window_seconds:g}s]"
+
+    def asked(self) -> str:
+        parts = [f"namespace {self.namespace!r}" if self.namespace is not None else None]
+        parts.append(f"model {self.model!r}" if self.model is not None else None)
+        named = " and ".join(p for p in parts if p)
+        return named or "any model"
+
+
+def escaped(value: str) -> str:
+    """`value` as a PromQL string literal's inside."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _models_join(sel: Selection) -> str:
+    """Multiplying an exporter-wide series by this gives it the model_name of every model
+    its exporter served over the window (the per-engine series carry it)."""
+    covered = f"{series.WINDOW_COVERED.name}{sel.selector()}"
+    return (
+        " * on (namespace, job, instance) group_left (model_name) "
+        f"group by (namespace, job, instance, model_name) (last_over_time({covered}{sel.range}))"
+    )
+
+
+def queries(sel: Selection) -> dict[str, str]:
+    """Every query one reading takes, by name."""
+    m, ns, w = sel.selector(), sel.selector(model=False), sel.range
+    join = _models_join(sel)
+
+    def exporter_wide(name: str, aggregate: str = "max", labels: str = "") -> str:
+        by = f"{BY}, {labels}" if labels else BY
+        return f"{aggregate} by ({by}) (last_over_time({name}{ns}{w}){join})"
+
+    q = {
+        "engines": (
+            f"count by ({BY}) (group by (namespace, job, instance, model_name, engine) "
+            f"(last_over_time(vllm:num_requests_running{m}{w})))"
+        ),
+        "spec": f"count by ({BY}) (last_over_time(vllm:spec_decode_num_drafts_total{m}{w}))",
+        "kv_usage_peak": f"max by ({BY}) (max_over_time(vllm:kv_cache_usage_perc{m}{w}))",
+        "running_mean": f"sum by ({BY}) (avg_over_time(vllm:num_requests_running{m}{w}))",
+        "running_peak": f"max by ({BY}) (max_over_time(vllm:num_requests_running{m}{w}))",
+        "waiting_peak": f"max by ({BY}) (max_over_time(vllm:num_requests_waiting{m}{w}))",
+        "waiting_by_reason": (
+            f"max by ({BY}, reason) (max_over_time(vllm:num_requests_waiting_by_reason{m}{w}))"
+        ),
+        # cache_config_info has no model_name: joined through the engine's other series.
+        "cache_config": (
+            f"group by ({BY}, gpu_memory_utilization, kv_cache_memory_bytes) "
+            f"(last_over_time(vllm:cache_config_info{ns}{w}) * on (namespace, job, instance, "
+            "engine) group_left (model_name) group by (namespace, job, instance, engine, "
+            f"model_name) (last_over_time(vllm:num_requests_running{m}{w})))"
+        ),
+        "kv_used_mean": f"sum by ({BY}) (avg_over_time({series.KV_USED.name}{m}{w}))",
+        "kv_capacity": f"max by ({BY}) (last_over_time({series.KV_CAPACITY.name}{m}{w}))",
+        "kv_block_size": f"max by ({BY}) (last_over_time({series.KV_BLOCK_SIZE.name}{m}{w}))",
+        # Now, not over the window: a forecast of the pool as it is at the window's end.
+        "kv_exhaustion": f"min by ({BY}) ({series.KV_EXHAUSTION.name}{m})",
+        "kv_memory": exporter_wide(series.KV_MEMORY.name),
+        "weights": exporter_wide(series.WEIGHTS_BYTES.name),
+        "active_weights": exporter_wide(series.ACTIVE_WEIGHTS_BYTES.name),
+        "peak_bandwidth": exporter_wide(series.PEAK_BANDWIDTH.name),
+        "layout": exporter_wide(
+            series.PARALLEL_INFO.name, "group", "tensor_parallel, pipeline_parallel"
+        ),
+        "version": exporter_wide(series.VLLM_INFO.name, "group", "version"),
+        "target_down": (f"count by ({BY}) (({series.TARGET_UP.name}{ns} == 0){join})"),
+        "failed_polls": (
+            f"sum by ({BY}, reason) (increase({series.SCRAPE_ERRORS.name}"
+            f"{sel.selector(model=False, extra='reason!=' + chr(34) + 'slow' + chr(34))}{w})"
+            f"{join}) > 0"
+        ),
+        "unrecognised": exporter_wide(series.INPUT_UNRECOGNISED.name, "group", "source, shape"),
+        "exporters": f"count by ({BY}) (group by (namespace, job, instance, model_name) "
+        f"(last_over_time({series.WINDOW_COVERED.name}{m}{w})))",
+        "scrape_failed": f"count by (namespace, job) (up{ns} == 0)",
+        "startup": f"last_over_time({series.STARTUP.name}{m}{w})",
+        "startup_stages": f"last_over_time({series.STARTUP_STAGE.name}{m}{w})",
+        # Now, as the alerts see them: each record is over windows of its own.
+        "slo": sel.selector(extra=f'__name__=~"{SLO_RECORD}({"|".join(SLO_RECORDS)}).*"'),
+        "slo_alerts": "ALERTS" + sel.selector(extra='alertname=~"VLLMSLO.+", alertstate="firing"'),
+    }
+    for counter in COUNTERS:
+        q[f"increase/{counter}"] = " or ".join(
+            f"sum by ({BY}) (increase({name}{m}{w}))" for name in s.exposed_names(counter)
+        )
+    return q
+
+
+def key_of(metric: Mapping[str, str]) -> Key:
+    """The model (and namespace) a series is of."""
+    return metric.get("namespace", ""), metric.get("model_name", "")
+
+
+def value_of(result: Mapping[str, Any]) -> float:
+    """An instant query result's value."""
+    return float(result["value"][1])
+
+
+class Answers:
+    """Every query's answer, by name; each query's PromQL for the evidence."""
+
+    def __init__(self, asked: Mapping[str, str], answered: Mapping[str, list[dict[str, Any]]]):
+        self.asked = asked
+        self.answered = answered
+        self._by_key: dict[str, dict[Key, list[dict[str, Any]]]] = {}
+
+    def by_key(self, name: str) -> dict[Key, list[dict[str, Any]]]:
+        """A query's results by model and namespace (indexed once: a fleet has hundreds)."""
+        if name not in self._by_key:
+            out: dict[Key, list[dict[str, Any]]] = {}
+            for result in self.answered.get(name, []):
+                out.setdefault(key_of(result["metric"]), []).append(result)
+            self._by_key[name] = out
+        return self._by_key[name]
+
+    def reading(self, name: str, key: Key) -> Reading | None:
+        results = self.by_key(name).get(key, [])
+        if not results:
+            return None
+        value = value_of(results[0])
+        return Reading(value, self.asked[name]) if math.isfinite(value) else None
+
+
+def ask(client: Prometheus, sel: Selection, workers: int = 8) -> Answers:
+    """Every query at the window's end, side by side."""
+    asked = queries(sel)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {name: pool.submit(client.query, expr, sel.at) for name, expr in asked.items()}
+        answered = {name: future.result() for name, future in futures.items()}
+    return Answers(asked, answered)
