@@ -71,6 +71,9 @@ class UsedTokensTrend:
         self.window_seconds = window_seconds
         self._readings: deque[_Reading] = deque(maxlen=max(max_entries, 2))
 
+    def __len__(self) -> int:
+        return len(self._readings)
+
     def add(self, at: float, used: Mapping[EngineKey, float]) -> None:
         self._readings.append(_Reading(at, dict(used)))
 

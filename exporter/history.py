@@ -54,6 +54,10 @@ class History:
         self._process_start: float | None = None
         self.restarts = 0
 
+    def __len__(self) -> int:
+        """How many polls are kept: at most max_entries, however long the exporter runs."""
+        return len(self._entries)
+
     def add(self, snapshot: Snapshot, at: float, gone_since: bool = False) -> bool:
         """Fold in one poll; returns True when it shows that vLLM restarted. `gone_since`:
         the target refused a connection since the poll before (its process was gone), the

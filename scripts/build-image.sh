@@ -25,7 +25,7 @@ done
 python=.venv/bin/python
 isolation=(--no-build-isolation)  # the virtualenv has setuptools; a bare python3 may not
 if [ ! -x "$python" ]; then python=python3; isolation=(); fi
-version=$("$python" -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
+version=$(python3 scripts/version.py)
 tag=${tag:-vllm-glassbox:${version}${extras:+-$extras}}
 
 # The base image's Python and machine decide which binary wheels fit it.
