@@ -1,7 +1,8 @@
 # The glassbox image: the exporter (and, with EXTRAS=lab, the lab and dashboards).
 #
 #   docker build -t vllm-glassbox .                                  # from PyPI, in the build
-#   docker build --build-arg REVISION=$(git rev-parse HEAD) -t vllm-glassbox .
+#   docker build --build-arg REVISION=$(git rev-parse HEAD) \
+#     --build-arg VERSION=$(python3 scripts/version.py) -t vllm-glassbox .
 #   scripts/build-image.sh                     # hermetic: python:3.12-slim-bookworm, the exporter
 #   scripts/build-image.sh --extras lab        # the lab Job's image (…-lab)
 #
@@ -26,9 +27,15 @@ RUN python3 -m venv /opt/glassbox \
 FROM ${BASE}
 # The commit the image was built from: glassbox_build_info{revision} (unknown if not given).
 ARG REVISION=unknown
+# glassbox's version (scripts/version.py; scripts/build-image.sh and the release pass it).
+ARG VERSION=unknown
 LABEL org.opencontainers.image.title="vllm-glassbox" \
-      org.opencontainers.image.source="https://github.com/vllm-glassbox/vllm-glassbox" \
+      org.opencontainers.image.description="The glassbox exporter for vLLM: derived series, findings, cold starts, KV headroom" \
+      org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="https://github.com/vllm-glassbox/vllm-glassbox" \
+      org.opencontainers.image.url="https://github.com/vllm-glassbox/vllm-glassbox" \
+      org.opencontainers.image.documentation="https://github.com/vllm-glassbox/vllm-glassbox/blob/main/docs/install.md" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/glassbox /opt/glassbox
 # Runs as non-root with a read-only root filesystem: no bytecode written at run time.

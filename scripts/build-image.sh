@@ -7,7 +7,7 @@
 # Defaults: --base python:3.12-slim-bookworm, --tag vllm-glassbox:<version>[-lab].
 # Needs docker, and a Python with pip: the virtualenv of scripts/setup.sh when there is
 # one, else python3. The image's revision label and glassbox_build_info{revision} are
-# this checkout's HEAD.
+# this checkout's HEAD; its version label is glassbox's (scripts/version.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,5 +46,5 @@ wheel=$(ls build/wheels/vllm_glassbox-*.whl)
 
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 docker build --network host --build-arg "BASE=$base" --build-arg "EXTRAS=$extras" \
-  --build-arg "REVISION=$revision" -t "$tag" .
+  --build-arg "REVISION=$revision" --build-arg "VERSION=$version" -t "$tag" .
 echo "build-image: built $tag"

@@ -59,7 +59,12 @@ def render(
     namespace: str = "llm",
     chart_dir: Path = CHART,
 ) -> Rendered:
-    chart = helm.Chart.load(chart_dir)
+    # A packaged chart (`helm package`'s .tgz) or a chart's folder.
+    chart = (
+        helm.Chart.load_archive(chart_dir.read_bytes())
+        if chart_dir.suffix == ".tgz"
+        else helm.Chart.load(chart_dir)
+    )
     options = {
         "name": name,
         "namespace": namespace,
