@@ -11,12 +11,15 @@ workload is fixed and runs before any test looks at the data:
   quiet          SPEC_QUIET_SECONDS with no traffic: compare windowed values at
                  `spec_compare_at` (end of spec + a few seconds).
   phase "flood"  concurrent long requests on a 4,096-token pool: the pool fills,
-                 requests wait, vLLM preempts.
-  phase "fill"   FILL_REQUESTS sampled requests that would outgrow the pool, one token
-                 per step each, until vLLM preempts one (then they are cancelled): the
-                 pool fills slowly enough to watch the KV headroom run out. A second
-                 exporter core, started with the phase, polls vLLM every FINE_POLL_SECONDS
-                 and keeps what each poll published (`RealStack.fine_polls`).
+                 requests wait, vLLM preempts. Once vLLM's page shows the pool full with
+                 a queue, vLLM is paused (its dev-mode /pause, tests/vllm_pause.py) until
+                 the exporter has polled it and Prometheus has scraped both: the full pool
+                 and its queue are in every source the tests read, on any machine.
+  phase "fill"   sampled requests that would outgrow the pool, one token per step each,
+                 until vLLM preempts one (then they are cancelled): the pool fills slowly
+                 enough to watch the KV headroom run out. vLLM runs in slices, paused after
+                 each while a second exporter core polls it (tests/fill_phase.py); what
+                 each poll published is kept (`RealStack.fine_polls`).
 
 Prometheus scrapes vLLM and the exporter every second and evaluates every rule file in
 alerts/ every second, and the rules of STACK_SLO (an SLO file's objectives for the stack's
@@ -32,12 +35,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import itertools
 import math
 import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -48,11 +48,8 @@ from typing import Any
 import httpx
 import yaml
 from vllm_glassbox.core import slo
-from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.own_page import read_exporter_page
 from vllm_glassbox.core.prometheus import Prometheus, PrometheusError
-from vllm_glassbox.core.snapshot import read_snapshot
-from vllm_glassbox.core.ticker import ticks
-from vllm_glassbox.exporter.service import ExporterConfig, Poller
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess, scrape_config
 from vllm_glassbox.lab.backends.server_process import (
     DEFAULT_COMMAND,
@@ -62,6 +59,9 @@ from vllm_glassbox.lab.backends.server_process import (
 )
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 from vllm_glassbox.rules import slo_rule_file_text
+
+from tests.fill_phase import WAITING, FinePoll, fill_until_preempted
+from tests.vllm_pause import frozen, vllm_values
 
 REPO = Path(__file__).resolve().parent.parent
 GLASSBOX = str(Path(sys.executable).parent / "glassbox")
@@ -82,10 +82,6 @@ FLOOD_MAX_TOKENS = 600  # the chaos test's flood, measured so
 # clean-clone run saw vLLM's page above 90 % once while the exporter's polls peaked at
 # 74 %: no server out of headroom, no capacity alert pending).
 STACK_FLOOD_MAX_TOKENS = 800
-# 4 requests of up to 2,012 tokens need 8,048: the pool overflows. Sampled at 0.7 the
-# random model's ngram drafts are rejected, so each request grows one token per step.
-FILL_REQUESTS = 4
-FILL_MAX_TOKENS = 2000
 # Objectives for the stack's model. A flood request of 600 tokens sharing the engine
 # with 15 others took 2 to 12 s end to end on this machine, most past stack-e2e's 2.5 s
 # (14 and 16 of 16 in two runs; at 800 tokens, 16 of 16 beside a busy core); a spec
@@ -114,30 +110,13 @@ STACK_SLO = {
         },
     ],
 }
-FINE_POLL_SECONDS = 0.25
 # Prometheus' scrape timeout in the stacks (they scrape every second).
 SCRAPE_TIMEOUT_SECONDS = 0.9
 VLLM_NICENESS = 10  # the load, below its observers (see vllm_server)
 LATE_SECONDS = 0.1  # past the timeout: Prometheus was late (FailedScrape.prometheus_late)
 STALL_WATCH = REPO / "tests" / "stall_watch.py"
-# What the fine-grained exporter keeps of each poll (the per-engine series).
-RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
-PREEMPTED = "vllm:num_preemptions_total"
-FINE_POLL_SERIES = frozenset(
-    {
-        "glassbox_kv_cache_used_tokens",
-        "glassbox_kv_cache_free_tokens",
-        "glassbox_kv_cache_headroom_requests",
-        "glassbox_kv_cache_exhaustion_seconds",
-        "glassbox_preemptions_per_second",
-    }
-)
-
-
-@dataclass(frozen=True)
-class FinePoll:
-    at: float  # unix seconds the poll started
-    values: dict[str, float]  # FINE_POLL_SERIES it published, RUNNING, WAITING, PREEMPTED
+KV_USAGE = "vllm:kv_cache_usage_perc"
+FULL_POOL = 0.95  # the flood is frozen at this usage or more, with requests waiting
 
 
 @dataclass
@@ -359,105 +338,6 @@ def wait_scraped(prometheus_url: str, jobs: set[str], after: float | None = None
     wait_until(scraped, f"{sorted(jobs)} scraped by Prometheus")
 
 
-class _KeepingPages:
-    """Wraps an exporter core's fetcher and keeps the last /metrics page it read."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.page = inner, ""
-
-    def get_text(self, path: str, *args: Any, **kwargs: Any) -> str:
-        text: str = self.inner.get_text(path, *args, **kwargs)
-        if path.startswith("/metrics"):  # the whole page, or the filtered one
-            self.page = text
-        return text
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def _poll_finely(vllm_url: str, out: list[FinePoll], stop: threading.Event) -> None:
-    """A fresh exporter core polling every FINE_POLL_SECONDS, each publication kept (its
-    window starts with it: rates and growth count from then on), with vLLM's running and
-    waiting requests from the same page."""
-    poller = Poller(
-        ExporterConfig(
-            target=vllm_url,
-            interval_seconds=FINE_POLL_SECONDS,
-            window_seconds=EXPORTER_WINDOW_SECONDS,
-            # A late answer is dropped: its page is of a later moment than the poll's
-            # start, which stamps it. vLLM's counter still shows a preemption it missed.
-            timeout_seconds=0.9,
-        )
-    )
-    pages = _KeepingPages(poller.fetcher)
-    poller.fetcher = pages  # type: ignore[assignment]
-    try:
-        for _ in ticks(FINE_POLL_SECONDS, stop, after_overrun="at once"):
-            at = time.time()
-            if poller.poll_once():
-                values = {
-                    sample.name: sample.value
-                    for family in poller.published
-                    for sample in family.samples
-                    if sample.name in FINE_POLL_SERIES
-                }
-                for sample in read_snapshot(pages.page).engines.values():
-                    values[RUNNING] = sample.gauges.get(s.RUNNING, math.nan)
-                    values[WAITING] = sample.gauges.get(s.WAITING, math.nan)
-                    values[PREEMPTED] = sample.counters.get(s.PREEMPTIONS, math.nan)
-                out.append(FinePoll(at, values))
-    finally:
-        poller.fetcher.close()
-
-
-def waits_again(polls: list[FinePoll]) -> FinePoll | None:
-    """Once the fill requests run and none waits, the first poll where one waits again:
-    the clean sign of a preemption, and the moment a lead is measured against."""
-    admitted = next(
-        (
-            i
-            for i, p in enumerate(polls)
-            if p.values.get(RUNNING, 0) > 0 and p.values.get(WAITING) == 0
-        ),
-        None,
-    )
-    if admitted is None:
-        return None
-    return next((p for p in polls[admitted:] if p.values.get(WAITING, 0) > 0), None)
-
-
-def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
-    """The first poll of the fill phase that shows a request preempted. vLLM puts a
-    preempted request back in the queue, and its num_preemptions_total counts it only
-    when the request runs again. So: `waits_again`; and where the queue never emptied
-    first (under load a request can arrive late, or wait from the start), the first poll
-    where a request went back from running to waiting, once the counter has confirmed a
-    preemption; else, when the polls missed both (under load most time out and few are
-    kept), the first poll whose counter grew: the latest the preemption can have been."""
-    queue = waits_again(polls)
-    counted = [p.values.get(PREEMPTED, math.nan) for p in polls]
-    confirmed = len(polls) > 1 and counted[-1] > counted[0]
-    went_back = next(
-        (
-            later
-            for earlier, later in itertools.pairwise(polls)
-            if later.values.get(RUNNING, 0) < earlier.values.get(RUNNING, 0)
-            and later.values.get(WAITING, 0) > earlier.values.get(WAITING, 0)
-        ),
-        None,
-    )
-    counter_grew = next(
-        (
-            later
-            for earlier, later in itertools.pairwise(polls)
-            if later.values.get(PREEMPTED, math.nan) > earlier.values.get(PREEMPTED, math.nan)
-        ),
-        None,
-    )
-    found = [p for p in (queue, went_back if confirmed else None, counter_grew) if p is not None]
-    return min(found, key=lambda p: p.at) if found else None
-
-
 def _wait_published(exporter_url: str, name: str, timeout_seconds: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
@@ -477,7 +357,7 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
     exporter: ChildProcess | None = None
     prometheus: PrometheusProcess | None = None
     launched = time.time()
-    with stall_watch(workdir) as watch, vllm_server(workdir, model_dir) as vllm:
+    with stall_watch(workdir) as watch, vllm_server(workdir, model_dir, dev_mode=True) as vllm:
         try:
             vllm.wait_ready()
             ready = time.time()
@@ -501,7 +381,9 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
             for _ in range(3):
                 wait_scraped(stack.prometheus_url, set(targets), after=time.time())
             _run_workload(stack)
-            _fill_until_preempted(stack)
+            stack.times["fill_start"] = time.time()
+            fill_until_preempted(stack.vllm.url, stack.served_model_name, stack.fine_polls)
+            stack.times["fill_end"] = time.time()
             yield stack
         finally:
             for service in (prometheus, exporter):
@@ -550,65 +432,38 @@ def _run_workload(stack: RealStack) -> None:
             return result
 
         t["flood_start"] = time.time()
-        list(pool.map(send, range(FLOOD_REQUESTS)))
+        sent = [pool.submit(send, i) for i in range(FLOOD_REQUESTS)]
+        _freeze_a_full_pool(stack, sent)
+        for request in sent:
+            request.result()
     t["flood_end"] = time.time()
     # Tests read the end state at flood_end + 2: let Prometheus scrape past it.
     wait_scraped(stack.prometheus_url, {"vllm", "glassbox"}, after=t["flood_end"] + 2)
 
 
-def _fill_until_preempted(stack: RealStack, deadline_seconds: float = 600.0) -> None:
-    t = stack.times
-    poll_stop = threading.Event()
-    poller = threading.Thread(
-        target=_poll_finely, args=(stack.vllm.url, stack.fine_polls, poll_stop), daemon=True
-    )
-    t["fill_start"] = time.time()
-    poller.start()
-    with tempfile.TemporaryFile() as errors:
-        client = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.fill_requests",
-                stack.vllm.url,
-                stack.served_model_name,
-                str(FILL_REQUESTS),
-                str(FILL_MAX_TOKENS),
-            ],
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=errors,
-        )
-        try:
-            deadline = time.monotonic() + deadline_seconds  # a hang, not a measurement
-            while first_preemption(stack.fine_polls) is None:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the fill phase never made vLLM preempt")
-                if client.poll() is not None:
-                    # One more poll after the end: vLLM's counter has the last word.
-                    ended = time.time()
-                    wait_until(
-                        lambda ended=ended: any(p.at > ended for p in stack.fine_polls),
-                        "a poll after the fill",
-                    )
-                    if first_preemption(stack.fine_polls) is not None:
-                        break
-                    errors.seek(0)
-                    seen = [
-                        (p.values.get(RUNNING), p.values.get(WAITING)) for p in stack.fine_polls
-                    ]
-                    raise RuntimeError(
-                        "the fill requests ended before vLLM preempted "
-                        f"(running, waiting per poll: {seen}):\n{errors.read().decode()[-2000:]}"
-                    )
-                time.sleep(FINE_POLL_SECONDS)
-        finally:
-            client.terminate()
-            try:
-                client.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                client.kill()
-                client.wait()
-            poll_stop.set()
-            poller.join(timeout=5)
-    t["fill_end"] = time.time()
+def _freeze_a_full_pool(stack: RealStack, sent: Sequence[concurrent.futures.Future[Any]]) -> None:
+    """Once vLLM's pool is full with requests waiting, hold it so (tests/vllm_pause.py)
+    until the exporter has polled it and Prometheus has scraped both since: every source
+    the flood's tests read has seen the full pool and its queue, whatever the machine's
+    load did to their timing."""
+    url = stack.vllm.url
+    seen: list[tuple[float, float]] = []  # (usage, waiting) of each read of vLLM
+
+    def full() -> bool:
+        values = vllm_values(url, (KV_USAGE, WAITING))
+        seen.append((values[KV_USAGE], values[WAITING]))
+        return values[KV_USAGE] >= FULL_POOL and values[WAITING] > 0
+
+    while True:
+        while not full():
+            if all(request.done() for request in sent):
+                raise RuntimeError(f"the flood never filled the pool with a queue: {seen}")
+            time.sleep(0.2)
+        with frozen(url) as still:
+            if not full():
+                continue  # gone by the time the pause took: let it go, watch again
+            wait_until(lambda: read_exporter_page(stack.exporter_url, 30).polled_since(still),
+                       "the exporter's poll of the full pool")  # fmt: skip
+            wait_scraped(stack.prometheus_url, {"vllm", "glassbox"}, after=time.time())
+            stack.times.update(flood_frozen=still, flood_resumed=time.time())
+            return

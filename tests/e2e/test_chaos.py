@@ -70,6 +70,7 @@ from tests.realstack import (
     wait_scraped,
     wait_until,
 )
+from tests.vllm_pause import pause
 
 pytestmark = pytest.mark.vllm
 
@@ -130,24 +131,6 @@ def _exporter_value(url: str, name: str) -> float | None:
 def _exporter_polled_after(url: str, t: float) -> bool:
     """Whether the exporter has finished a poll that started after unix time t."""
     return read_exporter_page(url, 30.0).polled_since(t)
-
-
-def _wait_for_frozen_counters(url: str) -> None:
-    """Until two reads of vLLM's counters agree: a paused engine's last step may still be
-    on its way to the API server."""
-    names = (
-        "vllm:num_preemptions_total",
-        "vllm:generation_tokens_total",
-        "vllm:prompt_tokens_total",
-        "vllm:spec_decode_num_drafts_total",
-    )
-    previous: list[tuple[float, ...]] = []
-
-    def same_twice() -> bool:
-        previous.append(tuple(_vllm_value(url, n) for n in names))
-        return len(previous) > 1 and previous[-1] == previous[-2]
-
-    wait_until(same_twice, "vLLM's counters frozen by the pause")
 
 
 def _flood(url: str, cut: threading.Event) -> None:
@@ -233,10 +216,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
         # Freeze vLLM's counters (scheduler paused, requests kept in flight, pool full) until
         # the exporter has polled them and Prometheus has scraped them: both then hold the
         # same last counts before the kill (pausing may itself count preemptions).
-        keep = {"mode": "keep", "clear_cache": "false"}
-        httpx.post(vllm.url + "/pause", params=keep, timeout=30).raise_for_status()
-        _wait_for_frozen_counters(vllm.url)
-        frozen = time.time()
+        frozen = pause(vllm.url)
         wait_until(lambda: _exporter_polled_after(exporter_url, frozen), "a poll of the freeze")
         wait_scraped(run.prometheus_url, {"vllm"}, after=frozen)
         run.preempted_before_kill = _vllm_value(vllm.url, "vllm:num_preemptions_total")

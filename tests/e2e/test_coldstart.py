@@ -1,6 +1,7 @@
 """Cold start and KV headroom on the real stack: vLLM's CPU build started once for the
 session (tests/realstack.py), its log followed by the exporter, Prometheus scraping both
-every second, then the fill phase watched by an exporter core polling every 0.25 s.
+every second, then the fill phase watched by an exporter core polling vLLM paused between
+slices of its running.
 
 The first preemption is read from vLLM's queue (a preempted request waits again), not
 from `vllm:num_preemptions_total`: vLLM counts a preemption only when the preempted
@@ -15,7 +16,8 @@ import pytest
 from vllm_glassbox.core import derive
 from vllm_glassbox.core.cold_start import read_cold_starts
 
-from tests.realstack import RUNNING, WAITING, RealStack, first_preemption, waits_again
+from tests.fill_phase import FILL_SLICE_SECONDS, RUNNING, WAITING, first_preemption, waits_again
+from tests.realstack import RealStack
 
 pytestmark = pytest.mark.vllm
 
@@ -23,63 +25,40 @@ pytestmark = pytest.mark.vllm
 def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_preemption(
     stack: RealStack,
 ) -> None:
-    """The fill phase, on an exporter core polling every 0.25 s (RealStack.fine_polls):
-    before the first poll that shows a request preempted, polls show no headroom left,
-    and exhaustion forecasts before those."""
+    """The fill phase, polled slice by slice with vLLM paused at each poll
+    (RealStack.fine_polls): no poll is lost or late, so the polls before the first one
+    that shows a request preempted show no headroom left, and exhaustion forecasts before
+    those; the lead is counted in slices of vLLM's running."""
     polls = stack.fine_polls
     preempted = first_preemption(polls)
     assert preempted is not None, "the fill phase ends at vLLM's first preemption"
-    if waits_again(polls) is not preempted:
-        # Not seen as all requests running, then one waiting again: the polls missed the
-        # queue or a request waited from the start (a loaded machine), so when the pool
-        # ran out is not known to a poll.
-        print("no poll saw the queue empty, then a request wait again: lead not measured")
-        return
-    before = [p for p in polls if p.at < preempted.at]
-    last_clear = before[-1].at  # the preemption happened between this poll and the next
-    headroom_gone = [
-        p.at for p in before if p.values.get("glassbox_kv_cache_headroom_requests") == 0
+    before = polls[: polls.index(preempted)]
+    headroom = "glassbox_kv_cache_headroom_requests"
+    headroom_gone = [i for i, p in enumerate(before) if p.values.get(headroom) == 0]
+    forecasts = [
+        i for i, p in enumerate(before) if "glassbox_kv_cache_exhaustion_seconds" in p.values
     ]
-    forecasts = [p.at for p in before if "glassbox_kv_cache_exhaustion_seconds" in p.values]
-    fill_start = stack.times["fill_start"]
+    sign = "a request waiting again" if waits_again(polls) is preempted else "its counter"
     print(
-        f"\nfill: {len(before)} polls before the first preemption, which came "
-        f"{last_clear - fill_start:.1f}–{preempted.at - fill_start:.1f} s into the phase"
+        f"\nfill: {len(before)} polls of {FILL_SLICE_SECONDS} s slices before the first "
+        f"preemption (seen by {sign})"
     )
-    shown = [p for p in before if p.at >= (headroom_gone or [preempted.at])[0] - 4]
-    for p in [*shown, preempted]:
+    for p in polls[max(0, (headroom_gone or [len(before)])[0] - 4) : len(before) + 1]:
         v = p.values
         print(
-            f"  {p.at - preempted.at:+6.2f} s: running {v.get(RUNNING)} waiting "
+            f"  {p.at - preempted.at:+7.2f} s: running {v.get(RUNNING)} waiting "
             f"{v.get(WAITING)} used {v.get('glassbox_kv_cache_used_tokens', math.nan):5.0f} "
-            f"headroom {v.get('glassbox_kv_cache_headroom_requests')} full in "
+            f"headroom {v.get(headroom)} full in "
             f"{v.get('glassbox_kv_cache_exhaustion_seconds', math.nan):5.1f} s"
         )
     # At the latest on the first poll that shows a preemption, no request fits any more.
-    assert preempted.values.get("glassbox_kv_cache_headroom_requests") == 0
-    blind = preempted.at - last_clear
-    if blind > 1.0:
-        # vLLM's API server answered no /metrics for a while as the pool filled (its
-        # engine decoding on a busy machine): a lead shorter than that gap is unseeable.
-        print(f"no poll of vLLM for {blind:.1f} s before the preemption: lead not measured")
-        return
-    assert headroom_gone, "the headroom never reached 0 before the first preemption"
+    assert preempted.values.get(headroom) == 0
+    assert headroom_gone, "no poll before the first preemption showed the headroom gone"
     assert forecasts, "no exhaustion forecast before the first preemption"
     print(
-        "lead before the first preemption: headroom 0 from "
-        f"{last_clear - headroom_gone[0]:.2f}–{preempted.at - headroom_gone[0]:.2f} s, "
-        f"exhaustion forecast from {last_clear - forecasts[0]:.2f}–"
-        f"{preempted.at - forecasts[0]:.2f} s"
+        f"lead before the first preemption: headroom 0 from {len(before) - headroom_gone[0]} "
+        f"slices, exhaustion forecast from {len(before) - forecasts[0]} slices"
     )
-    earlier = [p.at for p in before if p.at < headroom_gone[0]]
-    gap = headroom_gone[0] - earlier[-1] if earlier else math.inf
-    if gap > 1.0:
-        # No poll kept in the second before the headroom was gone (they timed out on a
-        # busy machine): which came first is not known to a poll, only that neither
-        # came after the other.
-        print(f"no poll kept for {gap:.1f} s before the headroom was gone: order not measured")
-        assert forecasts[0] <= headroom_gone[0]
-        return
     assert forecasts[0] < headroom_gone[0]  # the forecast comes first
 
 

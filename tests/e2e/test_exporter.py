@@ -41,6 +41,7 @@ from vllm_glassbox.lab.backends.server_process import ServerProcess
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 
 from tests.realstack import RealStack
+from tests.vllm_pause import frozen
 
 pytestmark = pytest.mark.vllm
 
@@ -305,8 +306,8 @@ def test_kv_used_tokens_equal_usage_times_capacity_while_requests_hold_blocks(
     plain: Plain, workload: Workload
 ) -> None:
     """While requests hold KV blocks, each poll's used tokens are the usage on the very
-    page it read times the pool: an exporter of its own, polled by hand, keeps its pages
-    (no pause, no race between two reads of vLLM)."""
+    page it read times the pool: an exporter of its own polls vLLM paused with the requests
+    in flight (tests/vllm_pause.py), so the page holds the blocks however late it comes."""
     cache = workload.after.labels("vllm:cache_config_info")
     capacity = int(cache["num_gpu_blocks"]) * int(cache["block_size"])
     url = plain.vllm.url
@@ -316,32 +317,27 @@ def test_kv_used_tokens_equal_usage_times_capacity_while_requests_hold_blocks(
     polls: list[str] = []  # what each poll came to: its usage, or why it failed
     try:
         # 3 x 1,900 tokens overflow the 4,096-token pool: blocks stay held for a long while.
-        # Twice more if no poll saw them (a clean-clone run here saw none, twice; why is
-        # in the message below if it happens again).
-        for attempt in range(3):
-            with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-                prompts = [f"Write a long essay {attempt} {i}" for i in range(3)]
-                running = [pool.submit(_complete, url, p, 1900) for p in prompts]
-                while not all(r.done() for r in running) and len(checked) < 5:
-                    time.sleep(0.2)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+            prompts = [f"Write a long essay {i}" for i in range(3)]
+            running = [pool.submit(_complete, url, p, 1900) for p in prompts]
+            while not all(r.done() for r in running) and len(checked) < 5:
+                time.sleep(0.5)  # vLLM runs, then holds still for the poll
+                with frozen(url):
                     if not poller.poll_once():
                         polls.append(f"failed: {poller.failing}")
                         continue
-                    text = fetcher.last_page
-                    page = Page(_parse(text), time.time(), text)
-                    usage = page.vllm("vllm:kv_cache_usage_perc")
-                    polls.append(f"{usage:.3f}")
-                    if usage > 0:
-                        published = {s.name: s.value for f in poller.published for s in f.samples}
-                        checked.append((usage, published["glassbox_kv_cache_used_tokens"]))
-                for r in running:
-                    r.result()
-            if checked:
-                break
+                text = fetcher.last_page
+                usage = Page(_parse(text), time.time(), text).vllm("vllm:kv_cache_usage_perc")
+                polls.append(f"{usage:.3f}")
+                if usage > 0:
+                    published = {s.name: s.value for f in poller.published for s in f.samples}
+                    checked.append((usage, published["glassbox_kv_cache_used_tokens"]))
+            for r in running:
+                r.result()
     finally:
         fetcher.close()
     print(f"{len(checked)} polls with blocks held: (usage, used tokens) {checked}")
-    assert checked, f"no poll saw the requests hold blocks; the polls: {polls[-40:]}"
+    assert len(checked) == 5, f"the requests ended before five polls saw them: {polls}"
     for usage, used in checked:
         assert used == pytest.approx(usage * capacity, rel=REL)
 

@@ -4,7 +4,7 @@ one request waited from the start (seen on a loaded machine, CI's stack failed o
 
 from __future__ import annotations
 
-from tests.realstack import PREEMPTED, RUNNING, WAITING, FinePoll, first_preemption
+from tests.fill_phase import PREEMPTED, RUNNING, WAITING, FinePoll, first_preemption
 
 
 def polls(rows: list[tuple[float, float, float]]) -> list[FinePoll]:
