@@ -29,9 +29,10 @@ REPO = Path(__file__).resolve().parent.parent
 # random model's ngram drafts are rejected, so each request grows one token per step.
 FILL_REQUESTS = 4
 FILL_MAX_TOKENS = 2000
-# The fill phase: vLLM runs this long between two polls of it paused. At 4 tokens a step
-# the headroom is gone some 200 steps before the pool is full: many slices apart.
-FILL_SLICE_SECONDS = 0.5
+# vLLM runs this long between two polls of it paused. Unpaused on this machine the
+# headroom was gone 0.75-2.75 s of running before the first preemption (docs/autoscaling.md):
+# at least three slices; on a busy machine more, each step taking longer.
+FILL_SLICE_SECONDS = 0.25
 WINDOW_SECONDS = 60.0  # the fine exporter core's window, as the stack's exporter's
 # What the fine-grained exporter keeps of each poll (the per-engine series).
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
