@@ -4,6 +4,7 @@
 # victoria-metrics (the single-node store, vmagent and vmalert), prometheus-alertmanager and
 # jsonnet (the rules beyond one Prometheus, the Alertmanager example and the mixin: docs/fleet.md),
 # docker.io and debootstrap (the image is built and run for real by tests/e2e/test_image.py),
+# docker-registry (a loopback OCI registry: the release's chart and image pushed and pulled),
 # make (the Makefile's development loop, docs/code-map.md),
 # a virtualenv in .venv with glassbox, its lab and test tools and the vLLM CPU build, and
 # checkov in a virtualenv of its own (.tools/checkov: its pins clash with vLLM's).
@@ -21,6 +22,7 @@ command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(
 if ! $demo_only; then
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
+  command -v docker-registry >/dev/null || missing+=(docker-registry)  # OCI pushes (tests/oci_registry.py)
   command -v make >/dev/null || missing+=(make)  # the development loop (Makefile)
   for tool in victoria-metrics vmagent vmalert; do
     command -v $tool >/dev/null || { missing+=(victoria-metrics); break; }

@@ -29,6 +29,7 @@ from tests.chart_render import REPO
 from tests.e2e.test_image import BASE_IMAGE, Docker, docker  # noqa: F401 (the fixture)
 from tests.fixtures import page
 from tests.misbehaving import Misbehaving, body
+from tests.oci_registry import oci_registry
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -136,6 +137,25 @@ def _wait_for_samples(
         time.sleep(0.3)
     logs = client.run("logs", name, check=False)
     pytest.fail(f"no poll published in {timeout:g}s: {logs.stdout[-2000:]}{logs.stderr[-2000:]}")
+
+
+def test_the_loaded_image_pushed_to_an_oci_registry_pulls_and_runs(
+    docker: Docker,  # noqa: F811
+    loaded: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    """What the workflow pushes to GHCR, pushed to a registry here and pulled back."""
+    with oci_registry(tmp_path) as host:
+        remote = f"{host}/vllm-glassbox/vllm-glassbox:{__version__}"
+        docker.run("tag", TAG, remote)
+        docker.run("push", remote)
+        docker.run("image", "rm", remote)
+        docker.run("pull", remote)
+        [pulled] = json.loads(docker.run("image", "inspect", remote).stdout)
+        shown = _run_as_the_chart(docker, remote, "--version").stdout.strip()
+        docker.run("image", "rm", remote)
+    assert pulled["Id"] == loaded["Id"]
+    assert shown == f"glassbox {__version__}"
 
 
 def test_the_sbom_lists_glassbox_and_what_it_runs_on(released: Path) -> None:

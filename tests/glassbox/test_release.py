@@ -39,6 +39,7 @@ from tests.fixtures import page
 from tests.k8s_double import wait_until
 from tests.misbehaving import Misbehaving, body
 from tests.mixin.test_mixin import groups_of
+from tests.oci_registry import oci_registry
 
 CHART_YAML = yaml.safe_load((CHART / "Chart.yaml").read_text())
 WORKFLOW = yaml.safe_load((REPO / ".github" / "workflows" / "release.yml").read_text())
@@ -285,6 +286,46 @@ def test_the_packaged_chart_renders_and_installs_from_its_tgz(dist: Path) -> Non
     bare = render(values, chart_dir=archive, api_versions=()).kinds()
     bare.remove("Pod")
     assert installed == bare
+
+
+def _docs_helm_install() -> tuple[str, dict[str, Any]]:
+    """docs/install.md's `helm install`: its chart reference and its --set values."""
+    [command] = re.findall(r"^helm install .*?(?<!\\)$", INSTALL.replace("\\\n", " "), re.M)
+    words = command.split()
+    sets = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+    values: dict[str, Any] = helm.parse_set_string(",".join(sets))
+    return words[3], values
+
+
+@pytest.mark.slow
+def test_the_chart_pushed_to_an_oci_registry_installs_as_docs_install_says(
+    dist: Path, tmp_path: Path
+) -> None:
+    chart, values = _docs_helm_install()
+    assert chart == f"{WORKFLOW['env']['CHARTS']}/vllm-glassbox"
+    with oci_registry(tmp_path) as host:
+        # What the workflow's `helm push` does, to a registry here instead of GHCR.
+        helm.push(
+            dist / f"vllm-glassbox-{__version__}.tgz", f"oci://{host}/charts", plain_http=True
+        )
+        here = chart.replace("oci://ghcr.io/vllm-glassbox", f"oci://{host}")
+        shown = yaml.safe_load(
+            helm.show(f"{here}:{__version__}", plain_http=True, output_format="chart")
+        )
+        assert shown["annotations"] == CHART_YAML["annotations"]
+        config = helm.Config(storage_driver="memory", namespace="llm")
+        try:
+            release = config.install(here, "llm", values, namespace="llm", dry_run="client",
+                                     chart_version=__version__, plain_http=True)  # fmt: skip
+        finally:
+            config.close()
+    assert (release["chart_version"], release["app_version"]) == (__version__, __version__)
+    [deployment] = [
+        d for d in yaml.safe_load_all(release["manifest"]) if d and d["kind"] == "Deployment"
+    ]
+    [spec] = pod_specs(deployment)
+    published = {i["name"]: i["image"] for i in _annotation("images")}
+    assert container_named(spec, "glassbox")["image"] == published["vllm-glassbox"]
 
 
 @pytest.fixture
