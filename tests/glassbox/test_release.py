@@ -106,7 +106,11 @@ def test_the_image_is_labelled_with_the_version_its_build_is_given() -> None:
     build = (REPO / "scripts" / "build-image.sh").read_text()
     assert "version=$(python3 scripts/version.py)" in build
     assert '--build-arg "VERSION=$version"' in build
-    [image_job] = [WORKFLOW["jobs"]["image"]["steps"][-3]["with"]]
+    [image_job] = [
+        step["with"]
+        for step in WORKFLOW["jobs"]["image"]["steps"]
+        if step.get("uses", "").startswith("docker/build-push-action@")
+    ]
     assert "VERSION=${{ needs.build.outputs.version }}" in image_job["build-args"]
     assert image_job["sbom"] is True
 
