@@ -29,10 +29,12 @@ REPO = Path(__file__).resolve().parent.parent
 # random model's ngram drafts are rejected, so each request grows one token per step.
 FILL_REQUESTS = 4
 FILL_MAX_TOKENS = 2000
-# vLLM runs this long between two polls of it paused. Unpaused on this machine the
-# headroom was gone 0.75-2.75 s of running before the first preemption (docs/autoscaling.md):
-# at least three slices; on a busy machine more, each step taking longer.
+# vLLM runs this long between two polls of it paused, and a fifth of it once the pool is
+# NEAR_FULL. The headroom is gone some 100 steps (~0.75 s unpaused here) before the first
+# preemption; a quarter-second slice ran 33 steps beside a busy core: near the end a
+# slice is a dozen steps, the lead many slices.
 FILL_SLICE_SECONDS = 0.25
+NEAR_FULL = 0.75
 WINDOW_SECONDS = 60.0  # the fine exporter core's window, as the stack's exporter's
 # What the fine-grained exporter keeps of each poll (the per-engine series).
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
@@ -158,13 +160,21 @@ def first_preemption(polls: list[FinePoll]) -> FinePoll | None:
     return min(found, key=lambda p: p.at) if found else None
 
 
+def _slice_after(poll: FinePoll | None) -> float:
+    """How long vLLM runs before the next poll: shorter once the pool is nearly full."""
+    used = poll.values.get("glassbox_kv_cache_used_tokens", 0.0) if poll else 0.0
+    free = poll.values.get("glassbox_kv_cache_free_tokens", 0.0) if poll else 0.0
+    near = used + free > 0 and used / (used + free) >= NEAR_FULL
+    return FILL_SLICE_SECONDS / 5 if near else FILL_SLICE_SECONDS
+
+
 def fill_until_preempted(
     vllm_url: str, model: str, polls: list[FinePoll], deadline_seconds: float = 900.0
 ) -> None:
-    """The fill, in slices: vLLM runs FILL_SLICE_SECONDS, then is paused and polled by
-    an exporter core (each poll appended to `polls`), until a poll shows the first
-    preemption. Every poll reads a state that holds still, one slice after the last, so
-    none is lost to a late answer."""
+    """The fill, in slices: vLLM runs FILL_SLICE_SECONDS (a fifth of it once the pool is
+    NEAR_FULL), then is paused and polled by an exporter core (each poll appended to
+    `polls`), until a poll shows the first preemption. Every poll reads a state that holds
+    still, one slice after the last, so none is lost to a late answer."""
     poller, pages = _fine_poller(vllm_url)
     with tempfile.TemporaryFile() as errors:
         client = subprocess.Popen(
@@ -187,7 +197,7 @@ def fill_until_preempted(
                 if time.monotonic() > deadline:
                     raise RuntimeError("the fill phase never made vLLM preempt")
                 ended = client.poll() is not None  # a last poll has the last word
-                time.sleep(FILL_SLICE_SECONDS)
+                time.sleep(_slice_after(polls[-1] if polls else None))
                 poll = _poll_frozen(poller, pages, vllm_url)
                 if poll is not None:
                     polls.append(poll)

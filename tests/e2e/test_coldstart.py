@@ -16,7 +16,7 @@ import pytest
 from vllm_glassbox.core import derive
 from vllm_glassbox.core.cold_start import read_cold_starts
 
-from tests.fill_phase import FILL_SLICE_SECONDS, RUNNING, WAITING, first_preemption, waits_again
+from tests.fill_phase import RUNNING, WAITING, first_preemption, waits_again
 from tests.realstack import RealStack
 
 pytestmark = pytest.mark.vllm
@@ -40,7 +40,7 @@ def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_pre
     ]
     sign = "a request waiting again" if waits_again(polls) is preempted else "its counter"
     print(
-        f"\nfill: {len(before)} polls of {FILL_SLICE_SECONDS} s slices before the first "
+        f"\nfill: {len(before)} polls, a slice of vLLM's running apart, before the first "
         f"preemption (seen by {sign})"
     )
     for p in polls[max(0, (headroom_gone or [len(before)])[0] - 4) : len(before) + 1]:
