@@ -30,9 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 FILL_REQUESTS = 4
 FILL_MAX_TOKENS = 2000
 # vLLM runs this long between two polls of it paused, and a fifth of it once the pool is
-# NEAR_FULL. The headroom is gone some 100 steps (~0.75 s unpaused here) before the first
-# preemption; a quarter-second slice ran 33 steps beside a busy core: near the end a
-# slice is a dozen steps, the lead many slices.
+# NEAR_FULL. The headroom is 0 for the last block of every request before the first
+# preemption, 128 steps; beside a busy core a poll's cycle (its slice, and the pause's own
+# latency) ran some 40 steps near the end, and three polls saw the headroom at 0 before
+# the preemption, in each of two runs.
 FILL_SLICE_SECONDS = 0.25
 NEAR_FULL = 0.75
 WINDOW_SECONDS = 60.0  # the fine exporter core's window, as the stack's exporter's
