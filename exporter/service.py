@@ -383,8 +383,8 @@ class Poller:
         snapshot: Snapshot | None = None
         if self.filtered_page is not False:
             try:
-                text = self.fetcher.get_text(FILTERED_PAGE_PATH, deadline - time.monotonic())
-                snapshot = read_snapshot(text, self.limits)
+                page = self.fetcher.get_page(FILTERED_PAGE_PATH, deadline - time.monotonic())
+                snapshot = read_snapshot(page.text, self.limits, page.content_type)
             except ScrapeError as e:
                 if e.reason not in ("http_status", "parse", "no_vllm_metrics"):
                     raise  # vLLM slow or gone: nothing to learn about the path
@@ -392,9 +392,8 @@ class Poller:
             if snapshot is not None:
                 self.filtered_page = True
                 return snapshot
-        snapshot = read_snapshot(
-            self.fetcher.get_text("/metrics", deadline - time.monotonic()), self.limits
-        )
+        page = self.fetcher.get_page("/metrics", deadline - time.monotonic())
+        snapshot = read_snapshot(page.text, self.limits, page.content_type)
         if self.filtered_page is None:
             self.filtered_page = False
             log.info(
