@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 from urllib.parse import quote
 
+from vllm_glassbox.core import launchers
 from vllm_glassbox.core.errors import ScrapeError
 from vllm_glassbox.core.textformat import (
     DEFAULT_LIMITS,
@@ -170,6 +171,7 @@ class Snapshot:
     # Shapes of the page glassbox does not read, with a sentence showing each
     # (`glassbox_input_unrecognised{source="page"}`).
     unrecognised: Mapping[str, str] = field(default_factory=dict)
+    prefix: str = "vllm:"  # what vLLM's names started with on the page (read_snapshot)
 
     def cache_for(self, key: EngineKey) -> CacheConfig | None:
         return self.cache.get(key.engine)
@@ -436,12 +438,26 @@ def page_shapes(page: Page) -> dict[str, str]:
 
 
 def read_snapshot(
-    text: str, limits: Limits = DEFAULT_LIMITS, content_type: str | None = None
+    text: str,
+    limits: Limits = DEFAULT_LIMITS,
+    content_type: str | None = None,
+    prefix: str = launchers.VLLM_PREFIX,
 ) -> Snapshot:
     """Parse a /metrics page into a Snapshot (raises ScrapeError); its grammar by
-    `content_type` (the HTTP header), else by what the page shows."""
-    page = read_page(text, WANTED_SAMPLES, limits, content_type)
-    return snapshot_from_samples(page.samples, page_shapes(page))
+    `content_type` (the HTTP header), else by what the page shows. `prefix`: what vLLM's
+    names start with on this page (`vllm:`, or `ray_vllm_` behind Ray Serve), or
+    AUTO_PREFIX: whichever one known prefix the page shows."""
+    if prefix == launchers.VLLM_PREFIX or (
+        prefix == launchers.AUTO_PREFIX and "ray_vllm" not in text
+    ):
+        page = read_page(text, WANTED_SAMPLES, limits, content_type)
+        return snapshot_from_samples(page.samples, page_shapes(page))
+    names = launchers.prefixed(WANTED_SAMPLES, prefix)
+    page = read_page(text, names, limits, content_type)
+    shown, samples = launchers.under_one_prefix(page.samples, names)
+    launchers.check_one_replica(samples)
+    snapshot = snapshot_from_samples(samples, page_shapes(page))
+    return replace(snapshot, prefix=shown)
 
 
 def spec_positions(counters: Iterable[str]) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from vllm_glassbox.core.snapshot import EngineKey, read_snapshot
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 
 from tests.fixtures import METRICS, headers, page
+from tests.fixtures import log as fixture_log
 from tests.misbehaving import Behaviour, Misbehaving
 
 DIR = "rust-frontend-0.32"
@@ -104,6 +106,25 @@ def test_the_exporter_reads_the_rust_front_end_and_publishes_tpot_by_hand(
     assert _value(scrape, "glassbox_kv_cache_capacity_tokens", **TINY) is None
     errors = [v for (n, _), v in scrape.items() if n == "glassbox_scrape_errors_total"]
     assert set(errors) == {0.0}
+
+
+@pytest.mark.slow
+def test_with_its_log_the_rust_front_ends_pool_is_the_logs(
+    target: Misbehaving, tmp_path: Path
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(fixture_log("rust-frontend-0.32-plain-startup.log"))
+    config = ExporterConfig(target=target.url, timeout_seconds=30.0, vllm_log=str(log))
+    poller = Poller(config)
+    try:
+        target.behave(_rust_front_end(f"{DIR}/plain-after-3x64.txt"))
+        assert poller.poll_once()
+        scrape = _scrape(poller)
+    finally:
+        poller.fetcher.close()
+    assert _value(scrape, "glassbox_kv_cache_capacity_tokens", **TINY) == 16384.0
+    flag = {"source": "page", "shape": "no_cache_config_info"}
+    assert _value(scrape, "glassbox_input_unrecognised", **flag) is None
 
 
 def _lying(whole: str) -> dict[str, tuple[str, str]]:
