@@ -11,7 +11,8 @@ is valid exposition text that reads as whole (a data-parallel page cut between t
 engines' `cache_config_info` lines doubled engine 0's KV pool). The proofs: a
 `Content-Length` the body matched or the chunked encoding's terminator (httpx raises
 `RemoteProtocolError` on a body cut short of either: `connect`), a gzip or deflate
-stream's own end, or OpenMetrics' `# EOF` line. A body read until the connection closed
+stream's own end, or OpenMetrics' `# EOF` line (an OpenMetrics page must end with one
+anyway: the page reader refuses it without). A body read until the connection closed
 with none of these is refused (`truncated`). vLLM's uvicorn frames every answer (the
 whole page with a `Content-Length`, prometheus_client's filtered page chunked), so only
 an HTTP/1.0-style proxy in between meets the refusal.
@@ -45,6 +46,7 @@ from typing import Any
 
 import httpx
 from vllm_glassbox.core.errors import ScrapeError, plain_reason
+from vllm_glassbox.core.textformat import ends_with_eof
 
 
 class _Watchdog:
@@ -206,6 +208,7 @@ class Fetcher:
         self._signature = _file_signature(self.credentials.tls_files)
         self._client = self._new_client()
         self._in_flight: _Watchdog | None = None  # the fetch abort() cuts
+        self._answered_as: str | None = None  # the content type of the latest answer
         self._aborted = False
 
     def _new_client(self) -> httpx.Client:
@@ -258,8 +261,21 @@ class Fetcher:
         if watchdog is not None:
             watchdog.fire()
 
+    def get_page(self, path: str, timeout_seconds: float | None = None) -> Fetched:
+        """GET base_url + path as text, with the content type it was answered as. Through
+        get_text, so that a Fetcher that answers from elsewhere (a recorded page) only
+        overrides that one, and answers without a content type."""
+        self._answered_as = None
+        text = self.get_text(path, timeout_seconds)
+        return Fetched(text, self._answered_as)
+
     def get_text(self, path: str, timeout_seconds: float | None = None) -> str:
         """GET base_url + path as text within the deadline, or raise ScrapeError."""
+        fetched = self._fetch(path, timeout_seconds)
+        self._answered_as = fetched.content_type
+        return fetched.text
+
+    def _fetch(self, path: str, timeout_seconds: float | None) -> Fetched:
         seconds = self.timeout_seconds if timeout_seconds is None else timeout_seconds
         shown = shown_path(path)
         if seconds <= 0:
@@ -289,11 +305,13 @@ class Fetcher:
 
     def _get(
         self, path: str, shown: str, seconds: float, deadline: float, watchdog: _Watchdog
-    ) -> str:
-        # The text format, not OpenMetrics (whose `# EOF` would prove a page whole): vLLM's
-        # whole /metrics (prometheus-fastapi-instrumentator) answers text whatever is
-        # asked, and prometheus_client's OpenMetrics (0.26) writes `vllm:x` samples as
-        # `vllm_x`, so every name read here would change. The framing proves the end.
+    ) -> Fetched:
+        # The text format asked for, not OpenMetrics (whose `# EOF` would prove a page
+        # whole): vLLM's whole /metrics (prometheus-fastapi-instrumentator) answers text
+        # whatever is asked, and prometheus_client's OpenMetrics (0.26) writes `vllm:x`
+        # samples as `vllm_x`, so every name read here would change. The framing proves
+        # the end. vLLM's Rust front end answers OpenMetrics 1.0 whatever is asked: the
+        # content type goes with the text, and the page is read by it.
         headers = {"Accept-Encoding": "identity", "Accept": "text/plain", **self._auth_headers()}
         with self._current_client().stream(
             "GET",
@@ -308,6 +326,7 @@ class Fetcher:
             framed = "content-length" in response.headers or (
                 "chunked" in response.headers.get("transfer-encoding", "").lower()
             )
+            content_type = response.headers.get("content-type")
             declared = response.headers.get("content-length", "")
             encoding = response.headers.get("content-encoding", "identity").lower()
             if encoding == "identity" and declared.isdigit() and int(declared) > self.max_bytes:
@@ -348,12 +367,15 @@ class Fetcher:
                 f"{shown}: read until the connection closed, with no Content-Length, "
                 "chunked encoding or `# EOF` to prove the page whole",
             )
-        return text
+        return Fetched(text, content_type)
 
 
-def ends_with_eof(text: str) -> bool:
-    """Whether the text's last line is OpenMetrics' `# EOF`, which only a whole page has."""
-    return text in ("# EOF", "# EOF\n") or text.endswith(("\n# EOF", "\n# EOF\n"))
+@dataclass(frozen=True)
+class Fetched:
+    """A page as it was answered: its text and its `Content-Type` (None without one)."""
+
+    text: str
+    content_type: str | None = None
 
 
 @functools.lru_cache(maxsize=16)

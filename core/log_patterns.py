@@ -93,8 +93,10 @@ STAGE_LINE = re.compile(
 # Every vLLM line carries "LEVEL MM-DD HH:MM:SS" (no year, local time), every version.
 # A start begins at the server-version line (SERVER_START, vLLM's first line of a start)
 # and is ready at the API server's "Starting vLLM API server 0 on http://…" (≤0.2x) or
-# "Starting vLLM server on http://…" (0.24+); uvicorn's "Application startup complete."
-# carries no time. Stage lines, per process unless said otherwise:
+# "Starting vLLM server on http://…" (0.24+), or the Rust front end's "(RustFrontend
+# pid=…) INFO … OpenAI server is ready to accept requests" (VLLM_USE_RUST_FRONTEND=1);
+# uvicorn's "Application startup complete." carries no time. Stage lines, per process
+# unless said otherwise:
 #   Model loading took 14.9935 GiB and 6.123456 seconds          (0.11; later "GiB memory")
 #   Loading weights took 1.21 seconds                            (every version, CPU build too)
 #   torch.compile takes 20.78 s in total                         (0.11–0.2x)
@@ -107,7 +109,9 @@ _LOG_TIME = re.compile(
     r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
     r"(?P<mon>\d\d)-(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\b"
 )
-READY = re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on ")
+READY = re.compile(
+    r"Starting vLLM (?:API )?server(?: \d+)? on |\bOpenAI server is ready to accept requests\b"
+)
 SERVED_MODEL = re.compile(r"\bserved_model_name=(?P<name>[^,\s]+)")
 MODEL_LOAD_TIME = re.compile(
     r"Model loading took [0-9.]+ (?:GiB|GB)(?: memory)? and (?P<sec>[0-9.]+) seconds"

@@ -459,16 +459,20 @@ def placeholders(slo: SloFile, objective: Objective) -> dict[str, str]:
     }
 
 
-def rule_groups(slo: SloFile, text: str | None = None) -> list[dict[str, Any]]:
-    """Every objective's rule groups, from the template: its snippets filled in, then its
-    groups' text; rules whose expression is empty left out."""
+def rule_groups(
+    slo: SloFile, text: str | None = None, histograms: str = "classic"
+) -> list[dict[str, Any]]:
+    """Every objective's rule groups, from the template: its snippets filled in (a latency
+    objective's native ones with `histograms="native"`), then its groups' text; rules whose
+    expression is empty left out."""
     text = text if text is not None else template_text()
     snippets = yaml.safe_load(text)["sli"]
     groups_text = GROUPS_TEXT.search(text).group(0)  # type: ignore[union-attr]
     groups: list[dict[str, Any]] = []
     for objective in slo.objectives:
         simple = placeholders(slo, objective)
-        kind = snippets[ERRORS if objective.sli == ERRORS else "latency"]
+        latency = "latency_native" if histograms == "native" else "latency"
+        kind = snippets[ERRORS if objective.sli == ERRORS else latency]
 
         def fill(s: str, values: Mapping[str, str] = simple) -> str:
             for key, value in values.items():

@@ -10,12 +10,21 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 from urllib.parse import quote
 
+from vllm_glassbox.core import launchers
 from vllm_glassbox.core.errors import ScrapeError
-from vllm_glassbox.core.textformat import DEFAULT_LIMITS, Labels, Limits, Samples, parse_samples
+from vllm_glassbox.core.textformat import (
+    DEFAULT_LIMITS,
+    FORMAT_NAMES,
+    Labels,
+    Limits,
+    Page,
+    Samples,
+    read_page,
+)
 
 # Canonical counter names. Values are cumulative, per (model_name, engine).
 GENERATION_TOKENS = "generation_tokens"
@@ -162,6 +171,7 @@ class Snapshot:
     # Shapes of the page glassbox does not read, with a sentence showing each
     # (`glassbox_input_unrecognised{source="page"}`).
     unrecognised: Mapping[str, str] = field(default_factory=dict)
+    prefix: str = "vllm:"  # what vLLM's names started with on the page (read_snapshot)
 
     def cache_for(self, key: EngineKey) -> CacheConfig | None:
         return self.cache.get(key.engine)
@@ -233,8 +243,9 @@ def _cache_configs(series: Mapping[Labels, float] | None) -> dict[str, CacheConf
     }
 
 
-def snapshot_from_samples(samples: Samples) -> Snapshot:
-    """Reduce the wanted samples of one page to per-engine numbers.
+def snapshot_from_samples(samples: Samples, shapes: Mapping[str, str] | None = None) -> Snapshot:
+    """Reduce the wanted samples of one page to per-engine numbers; `shapes`: what the
+    page's reading named that glassbox does not read (`Snapshot.unrecognised`).
 
     Multi-API-server pages (vLLM's multiprocess mode) may carry a `pid` label: counters
     are summed over it, gauges take the max (v0.11.0's `kv_cache_usage_perc`).
@@ -277,7 +288,9 @@ def snapshot_from_samples(samples: Samples) -> Snapshot:
             "the page has no vllm: series (is vLLM started with --disable-log-stats?)",
         )
     start = samples.get(_PROCESS_START, {}).get((), None)
-    unrecognised = _drop_untrusted_v0_counters(counters) if _is_v0(samples) else {}
+    unrecognised = dict(shapes or {})
+    if _is_v0(samples):
+        unrecognised |= _drop_untrusted_v0_counters(counters)
     snapshot = Snapshot(
         engines={k: EngineSample(counters.get(k, {}), gauges.get(k, {})) for k in sorted(keys)},
         cache=_cache_configs(samples.get(_CACHE_CONFIG)),
@@ -410,9 +423,41 @@ def _is_v0(samples: Samples) -> bool:
     return bool(counted) and not any("engine" in dict(labels) for labels in counted)
 
 
-def read_snapshot(text: str, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
-    """Parse a /metrics page into a Snapshot (raises ScrapeError)."""
-    return snapshot_from_samples(parse_samples(text, WANTED_SAMPLES, limits))
+#: The shape glassbox_input_unrecognised names for OpenMetrics 2.0's composite histograms.
+COMPOSITE_SHAPE = "openmetrics2_composite_histograms"
+
+
+def page_shapes(page: Page) -> dict[str, str]:
+    """What a page's reading found that glassbox does not read, by shape."""
+    if not page.composite:
+        return {}
+    return {
+        COMPOSITE_SHAPE: f"{FORMAT_NAMES[page.format]} page with composite histograms (not "
+        f"read: their _sum and _count absent): {_some(page.composite)}"
+    }
+
+
+def read_snapshot(
+    text: str,
+    limits: Limits = DEFAULT_LIMITS,
+    content_type: str | None = None,
+    prefix: str = launchers.VLLM_PREFIX,
+) -> Snapshot:
+    """Parse a /metrics page into a Snapshot (raises ScrapeError); its grammar by
+    `content_type` (the HTTP header), else by what the page shows. `prefix`: what vLLM's
+    names start with on this page (`vllm:`, or `ray_vllm_` behind Ray Serve), or
+    AUTO_PREFIX: whichever one known prefix the page shows."""
+    if prefix == launchers.VLLM_PREFIX or (
+        prefix == launchers.AUTO_PREFIX and "ray_vllm" not in text
+    ):
+        page = read_page(text, WANTED_SAMPLES, limits, content_type)
+        return snapshot_from_samples(page.samples, page_shapes(page))
+    names = launchers.prefixed(WANTED_SAMPLES, prefix)
+    page = read_page(text, names, limits, content_type)
+    shown, samples = launchers.under_one_prefix(page.samples, names)
+    launchers.check_one_replica(samples)
+    snapshot = snapshot_from_samples(samples, page_shapes(page))
+    return replace(snapshot, prefix=shown)
 
 
 def spec_positions(counters: Iterable[str]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import ssl
 import sys
@@ -20,6 +21,7 @@ from vllm_glassbox.core.fetch import (
 )
 from vllm_glassbox.core.gpus import gpu_bandwidth
 from vllm_glassbox.core.helptext import examples
+from vllm_glassbox.core.launchers import AUTO_PREFIX, KNOWN_PREFIXES
 from vllm_glassbox.core.logs import add_log_flags, set_up_logging
 from vllm_glassbox.core.units import (
     base_url_problems,
@@ -30,6 +32,8 @@ from vllm_glassbox.core.units import (
 from vllm_glassbox.core.weights import read_checkpoint
 from vllm_glassbox.exporter.service import ExporterConfig, serve
 from vllm_glassbox.exporter.webconfig import WebConfigError, load_web_config
+
+METRIC_PREFIX = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 T = TypeVar("T")
 
@@ -126,6 +130,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             metavar="N",
             help=f"vLLM's {size}-parallel size (default: what its log says, else 1)",
         )
+    p.add_argument(
+        "--metric-prefix",
+        default=AUTO_PREFIX,
+        metavar="PREFIX",
+        help="what vLLM's metric names start with on the page: auto (the one of "
+        f"{', '.join(KNOWN_PREFIXES)} the page shows; a page with two is refused), or a "
+        "prefix, e.g. ray_vllm_ behind Ray Serve LLM (default: auto)",
+    )
     add_log_flags(p, default_level="info")
     # -- security: our own endpoint (web config), and a vLLM behind TLS or a token check
     p.add_argument(
@@ -248,6 +260,11 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
             read_checkpoint(Path(args.model_dir))
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append(f"--model-dir: {args.model_dir!r}: {type(e).__name__}: {e}")
+    if args.metric_prefix != AUTO_PREFIX and not METRIC_PREFIX.fullmatch(args.metric_prefix):
+        problems.append(
+            f"--metric-prefix: {args.metric_prefix!r} cannot start a metric name "
+            "(letters, digits, '_' and ':'; not a digit first)"
+        )
     problems += security_problems(args)
     if problems:
         raise ConfigError("\n".join(problems))
@@ -270,6 +287,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         target_credentials=target_credentials(args),
         tensor_parallel=_int_or_none(sizes["--tensor-parallel-size"]),
         pipeline_parallel=_int_or_none(sizes["--pipeline-parallel-size"]),
+        metric_prefix=args.metric_prefix,
     )
 
 

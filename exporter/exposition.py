@@ -145,10 +145,10 @@ def derived_families(state: PollState) -> list[Metric]:
         if kv.sleeping is not None:
             sleeping.add_metric(labels, 1.0 if kv.sleeping else 0.0)
         cache = state.snapshot.cache_for(key)
-        if cache is None:
-            continue
-        _add(blocks, labels, kv_cache_blocks(cache))
-        _add(block_size, labels, cache.block_size)
+        if cache is not None:
+            _add(blocks, labels, kv_cache_blocks(cache))
+            _add(block_size, labels, cache.block_size)
+        # Without a cache config on the page (the Rust front end) the log's size, if any.
         _add(capacity, labels, kv.capacity_tokens)
         _add(used, labels, kv.used_tokens)
     return [*families, blocks, block_size, capacity, used, sleeping]

@@ -24,7 +24,7 @@ from vllm_glassbox import __version__
 from vllm_glassbox.core import derive
 from vllm_glassbox.core.build import this_build
 from vllm_glassbox.core.errors import ScrapeError
-from vllm_glassbox.core.fetch import DEFAULT_MAX_BYTES, Fetcher, TargetCredentials
+from vllm_glassbox.core.fetch import DEFAULT_MAX_BYTES, Fetched, Fetcher, TargetCredentials
 from vllm_glassbox.core.kv_trend import KvPool, UsedTokensTrend, kv_pools, used_tokens
 from vllm_glassbox.core.layout import ParallelLayout, resolve_layout
 from vllm_glassbox.core.snapshot import (
@@ -89,6 +89,9 @@ class ExporterConfig:
     target_credentials: TargetCredentials = field(default_factory=TargetCredentials)
     tensor_parallel: int | None = None  # flags; else vLLM's log says, else 1
     pipeline_parallel: int | None = None
+    # What vLLM's names start with on the page: "auto" (the one known prefix it shows),
+    # or one given (`ray_vllm_` behind Ray Serve LLM).
+    metric_prefix: str = "auto"
 
 
 SEVERAL_SERVERS_SHOWN = (
@@ -383,8 +386,8 @@ class Poller:
         snapshot: Snapshot | None = None
         if self.filtered_page is not False:
             try:
-                text = self.fetcher.get_text(FILTERED_PAGE_PATH, deadline - time.monotonic())
-                snapshot = read_snapshot(text, self.limits)
+                page = self.fetcher.get_page(FILTERED_PAGE_PATH, deadline - time.monotonic())
+                snapshot = self._read(page)
             except ScrapeError as e:
                 if e.reason not in ("http_status", "parse", "no_vllm_metrics"):
                     raise  # vLLM slow or gone: nothing to learn about the path
@@ -392,9 +395,8 @@ class Poller:
             if snapshot is not None:
                 self.filtered_page = True
                 return snapshot
-        snapshot = read_snapshot(
-            self.fetcher.get_text("/metrics", deadline - time.monotonic()), self.limits
-        )
+        page = self.fetcher.get_page("/metrics", deadline - time.monotonic())
+        snapshot = self._read(page)
         if self.filtered_page is None:
             self.filtered_page = False
             log.info(
@@ -403,6 +405,10 @@ class Poller:
                 FILTERED_PAGE_PATH.split("?")[0],
             )
         return snapshot
+
+    def _read(self, page: Fetched) -> Snapshot:
+        """A page read by its content type, vLLM's names under the configured prefix."""
+        return read_snapshot(page.text, self.limits, page.content_type, self.config.metric_prefix)
 
     def _note_lateness(self, seconds: float) -> None:
         """A poll that answered after the interval is `slow`: vLLM is busy, not down. Its

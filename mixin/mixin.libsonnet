@@ -51,6 +51,11 @@ local onlyRecords(group) = std.length([r for r in group.rules if !std.objectHas(
     // The scrape jobs of the glassbox exporters (GlassboxExporterAbsent); the chart names
     // them so.
     glassboxExporterSelector: 'job=~".*glassbox.*"',
+    // 'native' where Prometheus keeps vLLM's histograms as native ones
+    // (convert_classic_histograms_to_nhcb): the rules read them with histogram_count,
+    // histogram_sum and histogram_fraction, as `glassbox rules --histograms native` writes
+    // them; 'classic' reads their _bucket, _sum and _count series.
+    histograms: 'classic',
   },
 
   local config = self._config,
@@ -66,9 +71,13 @@ local onlyRecords(group) = std.length([r for r in group.rules if !std.objectHas(
       for rule in group.rules
     ],
   },
+  local ruleFiles =
+    if config.histograms == 'native' then sources.nativeRuleFiles
+    else if config.histograms == 'classic' then sources.ruleFiles
+    else error "_config.histograms: 'classic' or 'native', not " + config.histograms,
   local groups = std.flattenArrays([
-    sources.ruleFiles[name].groups
-    for name in std.objectFields(sources.ruleFiles)
+    ruleFiles[name].groups
+    for name in std.objectFields(ruleFiles)
   ]),
 
   // Groups that only record; every other group (alerts, or alerts with records) in

@@ -5,12 +5,16 @@
     .venv/bin/python scripts/fuzz_parsers.py page|log CORPUS_DIR [libFuzzer flags...]
 
 The oracle is tests/parser_contract.py: only clean, reasoned errors (ScrapeError with a
-known reason for a page; nothing at all for a log), and only finite numbers out. The
-corpus starts from the captured pages and logs in tests/fixtures/, plus the inputs kept
-as regression cases (tests/fixtures/fuzz/), and a dictionary of the names and phrases
-the parsers look for, so mutations reach the interesting paths quickly. A crash or a
-slow input (libFuzzer's -timeout) is written to CORPUS_DIR/../crashes/; keep it under
-tests/fixtures/fuzz/<target>/ once fixed, and tests/core/test_parser_contract.py replays it.
+known reason for a page; nothing at all for a log), and only finite numbers out; a page
+is read under every content type (none, text 0.0.4, OpenMetrics 1.0 and 2.0), so each
+input is fuzzed through both grammars, and where prometheus_client's parser of the
+grammar reads it too, its samples must be glassbox's. The corpus starts from the captured
+pages and logs in tests/fixtures/ (text pages, and the Rust front end's OpenMetrics ones),
+plus the inputs kept as regression cases (tests/fixtures/fuzz/), and a dictionary of the
+names and phrases the parsers look for, so mutations reach the interesting paths quickly.
+A crash or a slow input (libFuzzer's -timeout) is written to CORPUS_DIR/../crashes/; keep
+it under tests/fixtures/fuzz/<target>/ once fixed, and tests/core/test_parser_contract.py
+replays it.
 
 Not part of CI: it runs for minutes and needs the `fuzz` extra (atheris).
 """
@@ -32,7 +36,7 @@ atheris.enabled_hooks.add("str")
 with atheris.instrument_imports(include=["vllm_glassbox", "tests.parser_contract"]):
     from vllm_glassbox.core.snapshot import WANTED_SAMPLES
 
-    from tests.parser_contract import check_log, check_page
+    from tests.parser_contract import check_log, check_page_every_way
 
 FIXTURES = REPO / "tests" / "fixtures"
 SEED_BYTES = 64 * 1024  # libFuzzer's -max_len below: longer seeds are cut to this
@@ -67,6 +71,19 @@ PAGE_WORDS = [
     "=",
     ",",
     " 1700000000000",
+    # OpenMetrics 1.0 and 2.0
+    "# EOF",
+    "\n# EOF\n",
+    "# UNIT ",
+    " # {",
+    'trace_id="abc"} ',
+    " 1700000000.123",
+    " st@",
+    " {count:",
+    ",sum:",
+    ",bucket:[",
+    "_created",
+    "_total",
 ]
 LOG_WORDS = [
     "(EngineCore_DP0 pid=7) ",
@@ -133,7 +150,7 @@ def main() -> None:
     crashes.mkdir(exist_ok=True)
     dictionary = corpus.parent / f"{target}.dict"
     write_dictionary(PAGE_WORDS if target == "page" else LOG_WORDS, dictionary)
-    check = check_page if target == "page" else check_log
+    check = check_page_every_way if target == "page" else check_log
     argv = [
         sys.argv[0],
         str(corpus),

@@ -6,8 +6,10 @@
 # docker.io and debootstrap (the image is built and run for real by tests/e2e/test_image.py),
 # docker-registry (a loopback OCI registry: the release's chart and image pushed and pulled),
 # make (the Makefile's development loop, docs/code-map.md),
-# a virtualenv in .venv with glassbox, its lab and test tools and the vLLM CPU build, and
-# checkov in a virtualenv of its own (.tools/checkov: its pins clash with vLLM's).
+# a virtualenv in .venv with glassbox, its lab and test tools and the vLLM CPU build,
+# checkov in a virtualenv of its own (.tools/checkov: its pins clash with vLLM's), and
+# Debian unstable's promtool and prometheus 3 unpacked into .tools/prometheus-3 (the native-
+# histogram rules' tests: bookworm's 2.42 cannot feed a test native histograms).
 #
 #   scripts/setup.sh          # everything: the demo, the tests, the development loop
 #   scripts/setup.sh --demo   # what `glassbox demo` needs only (scripts/demo.sh): Debian's
@@ -74,4 +76,20 @@ if [ ! -x .tools/checkov/bin/checkov ]; then
   python3 -m venv .tools/checkov
   uv_install .tools/checkov/bin/python "checkov==3.3.30"
 fi
-echo "setup: ready (.venv, promtool $(promtool --version 2>&1 | head -1 | awk '{print $3}'), $(dockerd --version | cut -d, -f1), checkov $(.tools/checkov/bin/checkov --version), victoria-metrics $(dpkg-query -W -f '${Version}' victoria-metrics), alertmanager $(prometheus-alertmanager --version 2>&1 | head -1 | awk '{print $3}'), $(jsonnet --version 2>&1 | awk '{print $NF}'))"
+if [ ! -x .tools/prometheus-3/usr/bin/promtool ]; then
+  # From the machine's own Debian mirror, unstable's suite, unpacked beside the tree: the
+  # system's packages stay bookworm's.
+  echo "setup: unpacking Debian unstable's promtool and prometheus into .tools/prometheus-3"
+  apt_dir=$(mktemp -d)
+  mirror=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+  [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list)
+  echo "deb $mirror sid main" > "$apt_dir/sources.list"
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+  apt_options=(-o Dir::Etc::SourceList="$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o Dir::State::Lists="$apt_dir/lists" -o Dir::Cache="$apt_dir/cache" -o APT::Sandbox::User=root)
+  apt-get "${apt_options[@]}" update -qq
+  (cd "$apt_dir" && apt-get "${apt_options[@]}" download -qq promtool prometheus 2>/dev/null)
+  for deb in "$apt_dir"/*.deb; do dpkg -x "$deb" .tools/prometheus-3; done
+  rm -rf "$apt_dir"
+fi
+echo "setup: ready (.venv, promtool $(promtool --version 2>&1 | head -1 | awk '{print $3}'), $(dockerd --version | cut -d, -f1), checkov $(.tools/checkov/bin/checkov --version), victoria-metrics $(dpkg-query -W -f '${Version}' victoria-metrics), alertmanager $(prometheus-alertmanager --version 2>&1 | head -1 | awk '{print $3}'), $(jsonnet --version 2>&1 | awk '{print $NF}'), promtool $(.tools/prometheus-3/usr/bin/promtool --version 2>&1 | head -1 | awk '{print $3}') for native histograms)"

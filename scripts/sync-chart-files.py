@@ -7,7 +7,8 @@
 Sources, the only place to edit: alerts/glassbox-rules.yaml, alerts/glassbox-alerts.yaml,
 glassbox/slo_rules.yaml (the SLO rules' template, which the chart's template fills as
 `glassbox rules --slo` does) and dashboards/generated/*.json (themselves generated:
-`glassbox dashboards generate`).
+`glassbox dashboards generate`). files/rules-native/ holds the rule files as `glassbox
+rules --histograms native` writes them (the chart's prometheusRule.histograms: native).
 The YAML copies get a "generated, do not edit" header; the dashboards are copied byte
 for byte (JSON has no comments: files/GENERATED.md says where they come from), and the
 chart emits them unchanged.
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 import copies  # scripts/copies.py, beside this script
+from vllm_glassbox.rules import rule_file_text
 
 REPO = Path(__file__).resolve().parent.parent
 CHART_FILES = Path("helm/vllm-glassbox/files")
@@ -50,6 +52,11 @@ def expected(repo: Path) -> dict[Path, bytes]:
         name = Path("rules") / Path(source).name
         files[name] = HEADER.format(source=source).encode() + (repo / source).read_bytes()
         rows.append(f"| `{name}` | `{source}` |")
+    for source in RULES:
+        name = Path("rules-native") / Path(source).name
+        native = rule_file_text((repo / source).read_text(), source, [], "native")
+        files[name] = HEADER.format(source=source).encode() + native.encode()
+        rows.append(f"| `{name}` | `{source}` (`glassbox rules --histograms native`) |")
     name = Path("slo") / Path(SLO_TEMPLATE).name
     files[name] = HEADER.format(source=SLO_TEMPLATE).encode() + (repo / SLO_TEMPLATE).read_bytes()
     rows.append(f"| `{name}` | `{SLO_TEMPLATE}` |")

@@ -6,7 +6,9 @@ vendors alone (jsonnet-bundler fetches the mixin's folder, nothing outside it).
     scripts/sync-mixin.py --check   write nothing; exit 1 naming each file that drifted
 
 Sources, the only place to edit: every alerts/*.yaml rule file, as JSON (jsonnet imports
-JSON; the YAML read as it is, nothing changed), and every dashboards/generated/*.json,
+JSON; the YAML read as it is, nothing changed) and its native-histogram form
+(generated/rules-native/, as `glassbox rules --histograms native` writes it: the mixin's
+`_config.histograms: 'native'`), and every dashboards/generated/*.json,
 byte for byte; `generated/sources.libsonnet` lists them all for mixin.libsonnet, which
 jsonnet cannot glob. A new rule file or dashboard is in the mixin once this has run.
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import copies  # scripts/copies.py, beside this script
 import yaml
+from vllm_glassbox.rules import rule_file_text
 
 REPO = Path(__file__).resolve().parent.parent
 GENERATED = Path("mixin/generated")
@@ -33,6 +36,10 @@ INDEX = """\
   ruleFiles: {{
 {rules}
   }},
+  // The same, vLLM's histograms read as native ones (`glassbox rules --histograms native`).
+  nativeRuleFiles: {{
+{native}
+  }},
   // Each dashboard of dashboards/generated/, by file name.
   dashboards: {{
 {dashboards}
@@ -44,17 +51,23 @@ INDEX = """\
 def expected(repo: Path) -> dict[Path, bytes]:
     """Each file of mixin/generated/ (relative to it) and its exact content."""
     files: dict[Path, bytes] = {}
-    rules, dashboards = [], []
+    rules, native, dashboards = [], [], []
     for path in sorted((repo / RULES).glob("*.yaml")):
         name = Path("rules") / f"{path.stem}.json"
         document = yaml.safe_load(path.read_text())
         files[name] = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
         rules.append(f"    '{path.name}': import '{name.as_posix()}',")
+        name = Path("rules-native") / f"{path.stem}.json"
+        document = yaml.safe_load(rule_file_text(path.read_text(), path.name, [], "native"))
+        files[name] = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
+        native.append(f"    '{path.name}': import '{name.as_posix()}',")
     for path in sorted((repo / DASHBOARDS).glob("*.json")):
         name = Path("dashboards") / path.name
         files[name] = path.read_bytes()
         dashboards.append(f"    '{path.name}': import '{name.as_posix()}',")
-    index = INDEX.format(rules="\n".join(rules), dashboards="\n".join(dashboards))
+    index = INDEX.format(
+        rules="\n".join(rules), native="\n".join(native), dashboards="\n".join(dashboards)
+    )
     files[Path("sources.libsonnet")] = index.encode()
     return files
 

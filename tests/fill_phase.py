@@ -64,10 +64,13 @@ class _KeepingPages:
         self.inner, self.page = inner, ""
 
     def get_text(self, path: str, *args: Any, **kwargs: Any) -> str:
-        text: str = self.inner.get_text(path, *args, **kwargs)
+        return str(self.get_page(path, *args, **kwargs).text)
+
+    def get_page(self, path: str, *args: Any, **kwargs: Any) -> Any:
+        page = self.inner.get_page(path, *args, **kwargs)
         if path.startswith("/metrics"):  # the whole page, or the filtered one
-            self.page = text
-        return text
+            self.page = page.text
+        return page
 
     def close(self) -> None:
         self.inner.close()

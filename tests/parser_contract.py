@@ -6,7 +6,10 @@ violation is an `AssertionError` (or any exception other than the ones allowed h
 
 - The page parser (`read_snapshot`, the path a poll takes after the fetch) either returns
   a Snapshot whose numbers are all finite, or raises `ScrapeError` whose reason is one of
-  ERROR_REASONS and whose message is a short line (it goes into a log line).
+  ERROR_REASONS and whose message is a short line (it goes into a log line); by every
+  content type a page can come with (`CONTENT_TYPES`: none, text 0.0.4, OpenMetrics 1.0
+  and 2.0), so both grammars are fuzzed with every input. Where it reads the page and
+  prometheus_client's parser of that grammar reads it too, the samples are the same.
 - The log parser (`read_facts`, and `StartupFacts.feed` line by line as the follower
   does) never raises, whatever the log holds, and every fact it returns is a usable
   number: finite, not negative.
@@ -27,16 +30,28 @@ from vllm_glassbox.core.derive import (
     weights_from_log,
 )
 from vllm_glassbox.core.errors import ERROR_REASONS, ScrapeError
-from vllm_glassbox.core.snapshot import Snapshot, read_snapshot
+from vllm_glassbox.core.snapshot import WANTED_SAMPLES, Snapshot, read_snapshot
 from vllm_glassbox.core.startup_log import StartupFacts, read_facts
-from vllm_glassbox.core.textformat import Limits
+from vllm_glassbox.core.textformat import OPENMETRICS, TEXT, Limits, Samples, read_page
 
 # Small limits, so that the fuzzer reaches the cardinality checks with small inputs.
 PAGE_LIMITS = Limits(max_series_per_metric=8, max_label_value_length=64)
 MAX_MESSAGE = 400
+CONTENT_TYPES = (
+    None,
+    "text/plain; version=0.0.4; charset=utf-8",
+    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+    "application/openmetrics-text; version=2.0.0; charset=utf-8",
+)
 
 
-def check_page(data: bytes) -> Snapshot | ScrapeError | None:
+def check_page_every_way(data: bytes) -> Snapshot | ScrapeError | None:
+    """`check_page` under every content type; the outcome of the page without one."""
+    outcomes = [check_page(data, content_type) for content_type in CONTENT_TYPES]
+    return outcomes[0]
+
+
+def check_page(data: bytes, content_type: str | None = None) -> Snapshot | ScrapeError | None:
     """Run one page through the parser; None when the bytes are not UTF-8 (the fetcher
     refuses those itself, as reason `decode`)."""
     try:
@@ -44,7 +59,8 @@ def check_page(data: bytes) -> Snapshot | ScrapeError | None:
     except UnicodeDecodeError:
         return None
     try:
-        snapshot = read_snapshot(text, PAGE_LIMITS)
+        snapshot = read_snapshot(text, PAGE_LIMITS, content_type)
+        _check_oracle(text, content_type)
     except ScrapeError as e:
         assert e.reason in ERROR_REASONS, e.reason
         message = str(e)
@@ -60,6 +76,35 @@ def check_page(data: bytes) -> Snapshot | ScrapeError | None:
         for value in (kv_cache_blocks(cache), cache.block_size, kv_cache_capacity_tokens(cache)):
             assert value is None or value >= 0, cache
     return snapshot
+
+
+def _oracle(text: str, fmt: str) -> Samples | None:
+    """The wanted samples as prometheus_client's parser of `fmt` reads them; None where it
+    refuses the page (it is laxer than the grammars in places, stricter in others)."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+    from prometheus_client.parser import text_string_to_metric_families as text_parser
+
+    out: Samples = {}
+    try:
+        for family in (text_parser if fmt == TEXT else om)(text):
+            for sample in family.samples:
+                if sample.name in WANTED_SAMPLES and sample.value is not None:
+                    labels = tuple(sorted(sample.labels.items()))
+                    out.setdefault(sample.name, {})[labels] = float(sample.value)
+    except Exception:  # any refusal of the oracle's: it does not apply here
+        return None
+    return out
+
+
+def _check_oracle(text: str, content_type: str | None) -> None:
+    """Where prometheus_client also reads a text or OpenMetrics 1.0 page, its samples are
+    glassbox's."""
+    page = read_page(text, WANTED_SAMPLES, PAGE_LIMITS, content_type)
+    if page.format not in (TEXT, OPENMETRICS) or page.composite:
+        return
+    expected = _oracle(text, page.format)
+    if expected is not None:
+        assert page.samples == expected, (page.samples, expected)
 
 
 def _assert_usable(facts: StartupFacts) -> None:

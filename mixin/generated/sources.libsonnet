@@ -6,6 +6,11 @@
     'glassbox-alerts.yaml': import 'rules/glassbox-alerts.json',
     'glassbox-rules.yaml': import 'rules/glassbox-rules.json',
   },
+  // The same, vLLM's histograms read as native ones (`glassbox rules --histograms native`).
+  nativeRuleFiles: {
+    'glassbox-alerts.yaml': import 'rules-native/glassbox-alerts.json',
+    'glassbox-rules.yaml': import 'rules-native/glassbox-rules.json',
+  },
   // Each dashboard of dashboards/generated/, by file name.
   dashboards: {
     'glassbox-decode.json': import 'dashboards/glassbox-decode.json',

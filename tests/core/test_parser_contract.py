@@ -23,7 +23,7 @@ from vllm_glassbox.core.errors import ScrapeError
 from vllm_glassbox.core.snapshot import EngineKey, Snapshot
 
 from tests.fixtures import FIXTURES
-from tests.parser_contract import MAX_MESSAGE, check_log, check_page
+from tests.parser_contract import MAX_MESSAGE, check_log, check_page, check_page_every_way
 
 KEPT = FIXTURES / "fuzz"
 PAGES = sorted((KEPT / "page").iterdir())
@@ -31,8 +31,8 @@ LOGS = sorted((KEPT / "log").iterdir())
 
 
 @pytest.mark.parametrize("path", PAGES, ids=[p.name for p in PAGES])
-def test_kept_page_is_read_or_refused_with_a_reason(path: Path) -> None:
-    check_page(path.read_bytes())
+def test_kept_page_is_read_or_refused_with_a_reason_in_every_grammar(path: Path) -> None:
+    check_page_every_way(path.read_bytes())
 
 
 @pytest.mark.parametrize("path", LOGS, ids=[p.name for p in LOGS])

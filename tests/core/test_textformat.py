@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.core.errors import ScrapeError
 from vllm_glassbox.core.snapshot import WANTED_SAMPLES
-from vllm_glassbox.core.textformat import DEFAULT_LIMITS, Limits, parse_samples
+from vllm_glassbox.core.textformat import (
+    DEFAULT_LIMITS,
+    OPENMETRICS,
+    Limits,
+    page_format,
+    parse_samples,
+)
 
 from tests.fixtures import METRICS, grow_engines, page
 
@@ -15,9 +22,10 @@ GEN = "vllm:generation_tokens_total"
 
 
 def _reference(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """The wanted samples as prometheus_client's full parser reads them."""
+    """The wanted samples as prometheus_client's full parser of the page's grammar reads them."""
     out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
+    parse = om_families if page_format(text) == OPENMETRICS else text_string_to_metric_families
+    for family in parse(text):
         for sample in family.samples:
             if sample.name in WANTED_SAMPLES:
                 out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
@@ -31,6 +39,8 @@ def test_fixture_set_covers_captured_and_synthesized_pages() -> None:
     # the exporter's page beside each.
     assert len([p for p in ALL_PAGES if p.startswith("cuda-0.24.0-")]) == 8 + 2 * 11
     assert len([p for p in ALL_PAGES if p.startswith("v0.11.0-")]) == 6
+    # The Rust front end (OpenMetrics): plain and speculating, idle and after requests.
+    assert len([p for p in ALL_PAGES if p.startswith("rust-frontend-0.32/")]) == 7
 
 
 @pytest.mark.parametrize("name", ALL_PAGES)

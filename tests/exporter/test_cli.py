@@ -24,6 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox.core import series
 from vllm_glassbox.core.errors import ERROR_REASONS, ScrapeError
+from vllm_glassbox.core.fetch import Fetched
 from vllm_glassbox.core.gpus import GPU_MEMORY_BANDWIDTH
 from vllm_glassbox.core.weights import weights_from_config
 from vllm_glassbox.exporter.cli import build_parser, config_from_args, main
@@ -335,6 +336,9 @@ class _FakeTime:
         self.now += self.poll_seconds[len(self.starts) - 1]
         return fixture_page("cpu-0.32/plain-idle.txt")
 
+    def get_page(self, path: str, timeout_seconds: float | None = None) -> Fetched:
+        return Fetched(self.get_text(path, timeout_seconds))
+
     def close(self) -> None:
         pass
 
@@ -524,7 +528,7 @@ def test_docs_name_every_flag() -> None:
         for flag in action.option_strings
         if flag.startswith("--") and flag != "--help"
     ]
-    assert len(flags) == 21
+    assert len(flags) == 22
     missing = [flag for flag in flags if f"| `{flag}" not in text]
     assert missing == []
 

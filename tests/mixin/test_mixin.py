@@ -135,3 +135,12 @@ def test_the_docs_examples_render_a_prometheus_rule_and_dashboards(tmp_path: Pat
             if o["kind"] == "PrometheusRule":
                 assert {g["name"] for g in o["spec"]["groups"]} == set(groups_of(RULE_FILES))
     assert "PrometheusRule" in kinds and "GrafanaDashboard" in kinds
+
+
+def test_native_histograms_give_what_glassbox_rules_writes(tmp_path: Path) -> None:
+    out = ["--histograms", "native", "--out", str(tmp_path), *map(str, RULE_FILES)]
+    assert rules.main(out) == 0
+    rendered = mixin("{ histograms: 'native' }")
+    groups = {g["name"]: g for g in rendered["rules"]["groups"] + rendered["alerts"]["groups"]}
+    assert groups == groups_of(sorted(tmp_path.glob("*.yaml")))
+    assert groups != groups_of(RULE_FILES)

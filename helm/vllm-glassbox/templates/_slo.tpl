@@ -86,7 +86,8 @@ a threshold below every boundary.
   "@SELECTOR@" $selector
   "@FAMILY@" $family
   "@LE@" $le }}
-{{- $snippets := get $template.sli (ternary "errors" "latency" (eq $o.sli "errors")) }}
+{{- $latency := ternary "latency_native" "latency" (eq $.Values.prometheusRule.histograms "native") }}
+{{- $snippets := get $template.sli (ternary "errors" $latency (eq $o.sli "errors")) }}
 {{- $filled := dict }}
 {{- range $key := list "requests" "errors" "missing_alert" "missing" "objective" }}
 {{- $snippet := get $snippets $key }}
