@@ -3,8 +3,9 @@
 `/metrics` negotiates its format and its compression from the request's header fields,
 with prometheus_client's own rules: `Accept: application/openmetrics-text` gets
 OpenMetrics, anything else the classic text format; `Accept-Encoding: gzip` gets the body
-gzipped (Prometheus asks for both). `/` is a landing page that says what is running,
-what it polls and whether its last poll worked, with links.
+gzipped (Prometheus asks for both). `/findings` is what `glassbox explain` finds over the
+latest poll, in JSON. `/` is a landing page that says what is running, what it polls and
+whether its last poll worked, with links.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ from __future__ import annotations
 import datetime
 import gzip
 import html
+import json
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from vllm_glassbox.core.build import Build
+from vllm_glassbox.explain.from_exporter import findings_document
+from vllm_glassbox.exporter.exposition import PollState, unrecognised_inputs
+from vllm_glassbox.exporter.scene import scene_from_state
 from vllm_glassbox.exporter.server import Answer
 
 DOCS = "https://github.com/vllm-glassbox/vllm-glassbox/blob/main/docs/exporter.md"
@@ -75,3 +80,13 @@ def landing_page(
 </ul>
 </body></html>
 """.encode()
+
+
+def findings_answer(state: PollState | None) -> Answer:
+    """`/findings`: what `glassbox explain` finds over the latest poll, and the scene it
+    read (JSON; a Grafana panel or `glassbox explain --exporter` reads it)."""
+    if state is None:
+        return Answer(503, b"not polled yet\n", "text/plain")
+    scene = scene_from_state(state, unrecognised_inputs(state))
+    body = json.dumps(findings_document(scene), indent=1) + "\n"
+    return Answer(200, body.encode(), "application/json")

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -39,17 +39,8 @@ from vllm_glassbox.core.snapshot import (
 from vllm_glassbox.core.startup_log import LogFollower, StartupFacts
 from vllm_glassbox.core.textformat import Limits
 from vllm_glassbox.core.ticker import ticks
-from vllm_glassbox.core.weights import (
-    CheckpointSize,
-    Model,
-    Weights,
-    checkpoint_weights,
-    read_checkpoint,
-    resolve_weights,
-    told_apart,
-)
-from vllm_glassbox.explain.from_exporter import findings_document
-from vllm_glassbox.exporter.endpoints import landing_page, metrics_answer
+from vllm_glassbox.core.weights import Weights, read_checkpoint
+from vllm_glassbox.exporter.endpoints import findings_answer, landing_page, metrics_answer
 from vllm_glassbox.exporter.exposition import (
     PollState,
     finding_families,
@@ -58,7 +49,7 @@ from vllm_glassbox.exporter.exposition import (
 )
 from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
 from vllm_glassbox.exporter.history import History
-from vllm_glassbox.exporter.scene import scene_from_state
+from vllm_glassbox.exporter.model_watch import ModelWatch
 from vllm_glassbox.exporter.server import Answer, MetricsServer
 from vllm_glassbox.exporter.server_trail import SEVERAL_SERVERS, ServerTrail
 from vllm_glassbox.exporter.webconfig import WebConfigSource
@@ -145,10 +136,9 @@ class Poller:
         self.polled_at: float | None = None  # the latest successful poll, monotonic
         self.errors: Counter[str] = Counter()
         self.log_follower = LogFollower(config.vllm_log) if config.vllm_log else None
-        self.checkpoint: CheckpointSize | None = None
-        if config.model_dir:
-            # Read once at startup; a bad directory is a startup error, named by the CLI.
-            self.checkpoint = read_checkpoint(Path(config.model_dir))
+        # Read once at startup; a bad directory is a startup error, named by the CLI.
+        checkpoint = read_checkpoint(Path(config.model_dir)) if config.model_dir else None
+        self.models = ModelWatch(config.weights_bytes, checkpoint)  # whose weights
         self.engines: int | None = None  # on the latest good page
         # Whether vLLM serves the page of the samples glassbox reads; None: not known yet.
         self.filtered_page: bool | None = None
@@ -168,16 +158,6 @@ class Poller:
         self._published: list[Metric] = []
         self.state: PollState | None = None  # what the latest publication was built from
         self._told: set[tuple[str, str]] = set()  # unrecognised inputs already logged
-        # Whose weights (`_follow_model`): the model the page serves (None before the first
-        # page), the model --weights-bytes and --model-dir are of (the first page's), and
-        # which of the log's starts is the page's process.
-        self.model: Model | None = None
-        self._static_owner: Model | None = None
-        self._owned_at_restarts = 0
-        self._log_start: int | None = None  # the log's start (StartupFacts.startups) of the page
-        self._first_log_start: int | None = None
-        self._log_behind = False  # vLLM restarted and the log shows no start since
-        self._log_names: tuple[str, str] | None = None  # (log's, page's) name at the start
         # Before the first poll ends vLLM is neither up nor down: no glassbox_target_up
         # yet, so a restarted exporter never shows a target down that is not.
         self._publish(up=None, duration=0.0, snapshot=None)
@@ -196,103 +176,7 @@ class Poller:
 
     def weights(self) -> Weights | None:
         """The weights of the model the page serves (of whichever before the first page)."""
-        return self._weights_of(self.model, self._log_behind)[0]
-
-    def _log_model(self) -> Model | None:
-        """The model of the log's latest start, named as the page names it; None without a
-        log or before it shows a start."""
-        facts = self._facts()
-        if facts is None or facts.startups == 0:
-            return None
-        served = facts.served_model_name
-        if self._log_names is not None and served == self._log_names[0]:
-            served = self._log_names[1]
-        return Model(served, facts.model)
-
-    def _follow_model(self, snapshot: Snapshot, restarted: bool) -> None:
-        """Which model the page serves, and which of the log's starts is its process's.
-
-        The log's latest start is the page's process at the first page (as the exporter
-        always took it); after vLLM restarts (`History.add`), only a start the log shows
-        later is the new process's: until then the log's facts are the previous
-        process's (`_log_behind`). --weights-bytes and --model-dir are of the model the
-        first page serves, with the checkpoint the log says it loaded."""
-        names = {key.model_name for key in snapshot.engines}
-        served = next(iter(names)) if len(names) == 1 else None
-        facts = self._facts()
-        if facts is not None:
-            if self._log_start is None:
-                self._log_start = self._first_log_start = facts.startups
-            elif restarted:
-                self._log_behind = True
-            if self._log_behind and facts.startups > self._log_start:
-                self._log_start, self._log_behind = facts.startups, False
-            first = self.history.restarts == 0 and facts.startups == self._first_log_start
-            if self._log_names is None and first and served and facts.served_model_name:
-                # What the log and the page call the first model (a name the log shows in
-                # another form, or a log of a server named otherwise, stays as it was read).
-                self._log_names = (facts.served_model_name, served)
-        log_model = None if self._log_behind else self._log_model()
-        checkpoint = None
-        if log_model is not None and told_apart(log_model, Model(served)) is None:
-            checkpoint = log_model.checkpoint
-        self.model = Model(served, checkpoint)
-        owner = self._static_owner
-        if owner is None:
-            self._static_owner, self._owned_at_restarts = self.model, self.history.restarts
-        elif (
-            owner.checkpoint is None
-            and checkpoint is not None
-            and owner.served == served
-            and self.history.restarts == self._owned_at_restarts
-        ):  # the log named the first process's checkpoint after its first page
-            self._static_owner = replace(owner, checkpoint=checkpoint)
-
-    def _weights_of(
-        self, model: Model | None, log_behind: bool
-    ) -> tuple[Weights | None, dict[str, str]]:
-        """The weights of `model` (None: not known yet, every source counts): from the
-        sources of that model only. With none, what shows that a source's weights are of
-        another model, by the input that shows it (`weights_of_another_model`)."""
-        facts = self._facts()
-        static = self.config.weights_bytes is not None or self.checkpoint is not None
-        static_ok = log_ok = True
-        refused: dict[str, str] = {}
-        owner = self._static_owner
-        if model is not None and static and owner is not None:
-            named = "--weights-bytes" if self.config.weights_bytes is not None else "--model-dir"
-            if by := told_apart(owner, model):
-                static_ok = False
-                refused[by] = f"{named} is of {owner}; vLLM serves {model}"
-            elif log_behind and owner.checkpoint is not None:
-                static_ok = False
-                refused["log"] = (
-                    f"{named} is of {owner}; vLLM restarted and its log shows no start "
-                    "since: which checkpoint it loaded is not known"
-                )
-        log_model = self._log_model()
-        logged = facts is not None and bool(facts.weights_by_rank)
-        if model is not None and facts is not None and log_model is not None:
-            if log_behind:
-                log_ok = False
-                if logged:
-                    refused.setdefault(
-                        "log",
-                        "vLLM restarted and its log shows no start since: the logged "
-                        f"weights are of the previous process ({log_model})",
-                    )
-            elif by := told_apart(log_model, model):
-                log_ok = False
-                if logged:
-                    refused.setdefault(
-                        by, f"the log's weights are of {log_model}; vLLM serves {model}"
-                    )
-        checkpoint = None
-        if self.checkpoint is not None and static_ok:
-            checkpoint = checkpoint_weights(self.checkpoint, facts)
-        flag = self.config.weights_bytes if static_ok else None
-        weights = resolve_weights(flag, facts if log_ok else None, checkpoint, self.layout())
-        return weights, ({} if weights is not None else refused)
+        return self.models.served_weights(self._facts(), self.layout())[0]
 
     def poll_once(self) -> bool:
         started = self.clock()
@@ -348,7 +232,7 @@ class Poller:
             except OSError as e:
                 log.warning("cannot read vLLM log path=%s err=%s", self.config.vllm_log, e)
         if snapshot is not None:
-            self._follow_model(snapshot, restarted)
+            self.models.follow(snapshot, restarted, self._facts(), self.history.restarts)
         pools = self._kv_pools(snapshot) if snapshot is not None else {}
         if snapshot is not None:
             self.used_tokens.add(received, used_tokens(pools))
@@ -450,7 +334,8 @@ class Poller:
         pools: Mapping[EngineKey, KvPool] | None = None,
     ) -> None:
         facts = self._facts()
-        weights, other_model = self._weights_of(self.model, self._log_behind)
+        layout = self.layout()
+        weights, other_model = self.models.served_weights(facts, layout)
         increases = self.history.increases() if up else {}
         steps_shape = _steps_per_api_server(snapshot, facts.api_servers if facts else None)
         if steps_shape is not None:
@@ -467,10 +352,10 @@ class Poller:
             increases=increases,
             steps_per_api_server=steps_shape,
             weights=weights,
-            weights_model=self.model.served if self.model else None,
+            weights_model=self.models.model.served if self.models.model else None,
             weights_of_another_model=other_model,
             # The latest start's load rate: the weights of the model that start loaded.
-            start_weights=self._weights_of(self._log_model(), False)[0],
+            start_weights=self.models.start_weights(facts, layout),
             peak_bandwidth=self.config.peak_bandwidth,
             kv_cache_memory_bytes=derive.kv_cache_memory_bytes(
                 first_cache(snapshot), facts.kv_cache_memory_bytes if facts else None
@@ -483,7 +368,7 @@ class Poller:
             kv_pools=pools or {},
             vllm_version=self.vllm_version,
             build=this_build(),
-            layout=self.layout(),
+            layout=layout,
             log_unrecognised=facts.unrecognised() if facts else {},
             target_shapes={SEVERAL_SERVERS: SEVERAL_SERVERS_SHOWN} if self.several_servers else {},
             kv_hybrid_in_log=facts.hybrid_kv if facts else False,
@@ -583,16 +468,6 @@ def make_server(
         return Answer(404, b"not found\n", "text/plain")
 
     return MetricsServer(host, port, route, web, server_name=f"glassbox/{__version__}")
-
-
-def findings_answer(state: PollState | None) -> Answer:
-    """`/findings`: what `glassbox explain` finds over the latest poll, and the scene it
-    read (JSON; a Grafana panel or `glassbox explain --exporter` reads it)."""
-    if state is None:
-        return Answer(503, b"not polled yet\n", "text/plain")
-    scene = scene_from_state(state, unrecognised_inputs(state))
-    body = json.dumps(findings_document(scene), indent=1) + "\n"
-    return Answer(200, body.encode(), "application/json")
 
 
 def serve(config: ExporterConfig, stop: threading.Event | None = None) -> None:
