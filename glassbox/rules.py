@@ -14,7 +14,7 @@ job, model_name)` becomes `sum by (cluster, namespace, job, model_name)`. The ch
 `prometheusRule.additionalAggregationLabels` does the same in its template (the same
 pattern, in Go's regexp syntax); tests/rules/test_rules.py checks that the two agree.
 
-An SLO file (core/slo.py, docs/slo.md) becomes one rule file of its own, with the
+An SLO file (core/slo/, docs/slo.md) becomes one rule file of its own, with the
 aggregation labels too when given:
 
     glassbox rules --slo slo.yaml --out rules/     # writes rules/slo.rules.yaml

@@ -13,6 +13,7 @@ import yaml
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from vllm_glassbox import rules
 from vllm_glassbox.core import derive, slo
+from vllm_glassbox.core.slo import rules as slo_rules
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "alerts" / "slo" / "example.yaml"
@@ -428,4 +429,4 @@ def test_a_burn_clause_of_two_factors_is_refused() -> None:
     template = slo.template_text().replace("@BUDGET@ > 14.4\n", "@BUDGET@ > 14\n", 1)
     assert template != slo.template_text()
     with pytest.raises(ValueError, match="VLLMSLOFastBurn: one factor a clause"):
-        slo._burn_alerts(template)
+        slo_rules._burn_alerts(template)

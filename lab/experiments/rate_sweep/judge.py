@@ -218,7 +218,7 @@ def step_goodput(step: SweepStep) -> tuple[float | None, float | None]:
 
 def within_slos(step: SweepStep, keep_up: float) -> bool | None:
     """Whether a step kept its requests within the SLOs: with an SLO file, every objective
-    at its target (core/slo.py); else the benchmark's goodput share at `keep_up`."""
+    at its target (core/slo/); else the benchmark's goodput share at `keep_up`."""
     if step.slo is not None:
         return step.slo.met
     share = slo_share(step.client) if step.client else None

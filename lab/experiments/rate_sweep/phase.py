@@ -78,7 +78,7 @@ class RateSweepPhase(SingleServer):
     bench_command: tuple[str, ...]
     seed: int = 0
     #: An SLO file (`slo: FILE`): goodput and the knee by its objectives, the same
-    #: definition as its rules (core/slo.py), instead of the benchmark's `goodput`.
+    #: definition as its rules (core/slo/), instead of the benchmark's `goodput`.
     slo: slo.SloFile | None = None
     kind: str = KIND
 

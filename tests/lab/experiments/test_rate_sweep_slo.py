@@ -1,5 +1,5 @@
 """The rate sweep judged by an SLO file (`slo: FILE`): the same objectives, and the same
-counting, as the file's rules (core/slo.py); goodput, each objective's attainment and
+counting, as the file's rules (core/slo/); goodput, each objective's attainment and
 the knee within the SLOs, over steps captured from `vllm bench serve` against the vLLM CPU
 build (tests/fixtures/bench)."""
 
@@ -84,7 +84,7 @@ def test_an_slo_file_and_the_benchmarks_goodput_are_two_definitions_refused(
 
 def by_hand(bench: dict[str, Any]) -> dict[str, tuple[int, int]]:
     """(good, counted) per objective from the benchmark's lists, written out apart from
-    core/slo.py: TTFT within 0.25 s (the boundary below 300 ms), end to end within
+    core/slo/: TTFT within 0.25 s (the boundary below 300 ms), end to end within
     10 s (below 12 s), each request's TPOT (latency - TTFT) / (tokens - 1) within 0.1 s."""
     answered = [
         (ttft, latency, tokens)

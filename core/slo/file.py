@@ -1,5 +1,5 @@
-"""Service-level objectives: an SLO file read and checked, the bucket boundary each latency
-objective counts, the rules it renders, and the lab's goodput judged by the same objectives.
+"""The SLO file: reading and checking it, its objectives, the bucket boundary each latency
+objective counts, and what renders but does not do what the file seems to say.
 
 An SLO file (docs/slo.md has the whole story):
 
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from vllm_glassbox.core import derive
 
 # --- what vLLM measures ---------------------------------------------------------------------
 
@@ -78,41 +77,6 @@ BUCKET_FAMILIES = (
 #: The SRE workbook's burn rates (alerts in slo_rules.yaml): the fast page's and the slow
 #: one's. A target whose budget times the factor reaches 1 can never burn that fast.
 FAST_BURN, SLOW_BURN = 14.4, 6.0
-
-
-@dataclass(frozen=True)
-class BurnClause:
-    """One clause of a burn alert: the error ratio over each of its windows (the records'
-    suffixes, the long one first) above `factor` × the error budget."""
-
-    windows: tuple[str, ...]
-    factor: float
-
-
-_BURN_TERM = re.compile(r"glassbox_slo_error_ratio:(\w+)\{[^}]*\} / @BUDGET@ > ([0-9.]+)")
-_OR = re.compile(r"^\s*or\s*$", re.MULTILINE)
-
-
-def _burn_alerts(text: str) -> dict[str, tuple[BurnClause, ...]]:
-    out = {}
-    for group in yaml.safe_load(text)["groups"]:
-        for rule in (r for r in group["rules"] if "alert" in r):
-            clauses = []
-            for clause in _OR.split(str(rule["expr"])):
-                terms = _BURN_TERM.findall(clause)
-                factors = {float(factor) for _, factor in terms}
-                if len(factors) > 1:
-                    raise ValueError(f"{rule['alert']}: one factor a clause, not {factors}")
-                if terms:
-                    clauses.append(BurnClause(tuple(w for w, _ in terms), factors.pop()))
-            if clauses:
-                out[str(rule["alert"])] = tuple(clauses)
-    return out
-
-
-#: The burn alerts, most urgent first, each as its clauses (any one fires it), read from
-#: the rule template: what `glassbox explain` judges a burn by is what the alerts fire on.
-BURN_ALERTS = _burn_alerts(template_text())
 
 # The grammar the chart's schema and template read too (values.schema.json, _slo.tpl).
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -429,161 +393,3 @@ def warnings(slo: SloFile) -> list[str]:
                     f"VLLMSLO{name.capitalize()}Burn can never fire."
                 )
     return out
-
-
-# --- the rules -----------------------------------------------------------------------------
-
-_INDENT = " " * 10  # where the snippets go in the template (a line of an `expr: |-` block)
-#: The part of the template that is filled: from its `groups:` line to the end.
-GROUPS_TEXT = re.compile(r"^groups:\n.*", re.MULTILINE | re.DOTALL)
-
-
-def selector(objective: Objective) -> str:
-    """Which vLLM series the objective reads: its model (or any) and namespace (if given)."""
-    model = f'model_name="{objective.model}"' if objective.model else 'model_name=~".+"'
-    return model + (f', namespace="{objective.namespace}"' if objective.namespace else "")
-
-
-def placeholders(slo: SloFile, objective: Objective) -> dict[str, str]:
-    boundary = slo.boundary(objective)
-    histogram = objective.histogram
-    return {
-        "@NAME@": objective.name,
-        "@SLI@": objective.sli,
-        "@TARGET@": number_text(objective.target),
-        "@BUDGET@": number_text(objective.budget),
-        "@PERIOD@": objective.period,
-        "@SELECTOR@": selector(objective),
-        "@FAMILY@": histogram.name if histogram else "",
-        "@LE@": boundary.le if boundary else "",
-    }
-
-
-def rule_groups(
-    slo: SloFile, text: str | None = None, histograms: str = "classic"
-) -> list[dict[str, Any]]:
-    """Every objective's rule groups, from the template: its snippets filled in (a latency
-    objective's native ones with `histograms="native"`), then its groups' text; rules whose
-    expression is empty left out."""
-    text = text if text is not None else template_text()
-    snippets = yaml.safe_load(text)["sli"]
-    groups_text = GROUPS_TEXT.search(text).group(0)  # type: ignore[union-attr]
-    groups: list[dict[str, Any]] = []
-    for objective in slo.objectives:
-        simple = placeholders(slo, objective)
-        latency = "latency_native" if histograms == "native" else "latency"
-        kind = snippets[ERRORS if objective.sli == ERRORS else latency]
-
-        def fill(s: str, values: Mapping[str, str] = simple) -> str:
-            for key, value in values.items():
-                s = s.replace(key, value)
-            return s
-
-        filled = {
-            f"@{key.upper()}@": fill(str(kind[key])).replace("\n", "\n" + _INDENT)
-            for key in ("requests", "errors", "missing_alert", "missing", "objective")
-        }
-        for group in yaml.safe_load(fill(fill(groups_text, filled)))["groups"]:
-            group["rules"] = [r for r in group["rules"] if str(r["expr"]).strip()]
-            groups.append(group)
-    return groups
-
-
-# --- the lab's goodput: the same objectives, request by request ----------------------------
-
-
-@dataclass(frozen=True)
-class RequestOutcome:
-    """One request as a client saw it."""
-
-    failed: bool
-    ttft_seconds: float | None
-    e2e_seconds: float | None
-    output_tokens: int
-
-    @property
-    def tpot_seconds(self) -> float | None:
-        """vLLM's time per output token of a request: decode time / (tokens - 1)."""
-        return derive.request_time_per_output_token(
-            self.e2e_seconds, self.ttft_seconds, self.output_tokens
-        )
-
-    def latency(self, sli: str) -> float | None:
-        return {"ttft": self.ttft_seconds, "tpot": self.tpot_seconds, "e2e": self.e2e_seconds}[sli]
-
-
-@dataclass(frozen=True)
-class Attainment:
-    """One objective over a set of requests: how many it counted, how many were good."""
-
-    objective: str
-    sli: str
-    target: float
-    threshold_seconds: float | None  # the boundary counted (latency)
-    counted: int
-    good: int
-    share: float | None  # good / counted
-    burn_rate: float | None  # the bad share over the budget
-    met: bool | None  # share ≥ target; None when nothing was counted
-
-
-@dataclass(frozen=True)
-class Goodput:
-    """Requests within every objective: how many, and per second."""
-
-    attainments: tuple[Attainment, ...]
-    requests: int
-    good_requests: int
-    per_second: float | None
-    met: bool | None  # every objective met (None: one counted nothing)
-
-
-def judge(slo: SloFile, objective: Objective, outcome: RequestOutcome) -> bool | None:
-    """Whether the request is good for the objective; None when the objective does not
-    count it (a failed request has no latency: the latency histograms count only requests
-    that were answered, as vLLM's do)."""
-    if objective.sli == ERRORS:
-        return not outcome.failed
-    boundary = slo.boundary(objective)
-    latency = outcome.latency(objective.sli)
-    if outcome.failed or boundary is None or latency is None:
-        return None
-    return latency <= boundary.seconds  # Prometheus' le: at most the boundary
-
-
-def goodput(
-    slo: SloFile, outcomes: Sequence[RequestOutcome], seconds: float, model: str
-) -> Goodput:
-    """The objectives of `slo` that apply to `model` over the requests of a run of
-    `seconds`: each one's attainment and burn rate, and the requests good for all."""
-    objectives = [o for o in slo.objectives if o.applies_to(model)]
-    verdicts = [[judge(slo, o, r) for o in objectives] for r in outcomes]
-    attainments = []
-    for i, o in enumerate(objectives):
-        counted = [v[i] for v in verdicts if v[i] is not None]
-        good = sum(1 for v in counted if v)
-        share = derive.ratio(good, len(counted))
-        bad = None if share is None else 1 - share
-        boundary = slo.boundary(o)
-        attainments.append(
-            Attainment(
-                objective=o.name,
-                sli=o.sli,
-                target=o.target,
-                threshold_seconds=boundary.seconds if boundary else None,
-                counted=len(counted),
-                good=good,
-                share=share,
-                burn_rate=derive.burn_rate(bad, o.target),
-                met=None if share is None else share >= o.target,
-            )
-        )
-    good_requests = sum(1 for v in verdicts if all(x is True for x in v))
-    met = [a.met for a in attainments]
-    return Goodput(
-        attainments=tuple(attainments),
-        requests=len(outcomes),
-        good_requests=good_requests,
-        per_second=derive.ratio(good_requests, seconds),
-        met=None if not met or None in met else all(met),
-    )
