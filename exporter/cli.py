@@ -54,6 +54,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             "glassbox exporter --web-config-file web.yml --log-format json",
         ),
     )
+    _add_polling_flags(p)
+    _add_model_flags(p)
+    add_log_flags(p, default_level="info")
+    _add_security_flags(p)
+    return p
+
+
+def _add_polling_flags(p: argparse.ArgumentParser) -> None:
+    """What to poll and where to serve, how often, over which window, within what."""
     p.add_argument(
         "--target",
         default="http://127.0.0.1:8000",
@@ -98,6 +107,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="N",
         help="refuse pages larger than N bytes after decompression (default 8 MiB)",
     )
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    """What the page does not say: the model's weights, vLLM's log, the GPU, the layout;
+    the prefix of vLLM's names on it."""
     p.add_argument(
         "--weights-bytes",
         metavar="N",
@@ -138,8 +152,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         f"{', '.join(KNOWN_PREFIXES)} the page shows; a page with two is refused), or a "
         "prefix, e.g. ray_vllm_ behind Ray Serve LLM (default: auto)",
     )
-    add_log_flags(p, default_level="info")
-    # -- security: our own endpoint (web config), and a vLLM behind TLS or a token check
+
+
+def _add_security_flags(p: argparse.ArgumentParser) -> None:
+    """Our own endpoint (web config), and a vLLM behind TLS or a token check."""
     p.add_argument(
         "--web-config-file",
         metavar="FILE",
@@ -154,7 +170,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="FILE",
         help="send 'Authorization: Bearer <token>' from FILE (read per poll: rotation works)",
     )
-    return p
 
 
 def security_problems(args: argparse.Namespace) -> list[str]:
@@ -201,6 +216,57 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _span_problems(
+    args: argparse.Namespace,
+    interval: float | None,
+    window: float | None,
+    forecast_window: float | None,
+) -> list[str]:
+    """A window must span at least two polls."""
+    problems = []
+    if interval and window and window < 2 * interval:
+        problems.append(
+            f"--window: {args.window} must span at least two polls (--interval {args.interval})"
+        )
+    if interval and forecast_window and forecast_window < 2 * interval:
+        problems.append(
+            f"--forecast-window: {args.forecast_window} must span at least two polls "
+            f"(--interval {args.interval})"
+        )
+    return problems
+
+
+def _vllm_log_problems(vllm_log: str | None) -> list[str]:
+    """The file itself may appear later (the exporter can start before vLLM): only its
+    directory must exist."""
+    if not vllm_log:
+        return []
+    if Path(vllm_log).is_dir():
+        return [f"--vllm-log: {vllm_log!r} is a directory, not a log file"]
+    if not Path(vllm_log).parent.is_dir():
+        return [f"--vllm-log: directory of {vllm_log!r} does not exist"]
+    return []
+
+
+def _metric_prefix_problems(prefix: str) -> list[str]:
+    if prefix != AUTO_PREFIX and not METRIC_PREFIX.fullmatch(prefix):
+        return [
+            f"--metric-prefix: {prefix!r} cannot start a metric name "
+            "(letters, digits, '_' and ':'; not a digit first)"
+        ]
+    return []
+
+
+def _model_dir_problems(model_dir: str | None) -> list[str]:
+    if not model_dir:
+        return []
+    try:
+        read_checkpoint(Path(model_dir))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [f"--model-dir: {model_dir!r}: {type(e).__name__}: {e}"]
+    return []
+
+
 def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     """Validate every flag; raise ConfigError listing all problems at once."""
     problems: list[str] = []
@@ -233,21 +299,8 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         peak = check("--gpu", gpu_bandwidth, args.gpu)
     elif args.gpu_memory_bandwidth is not None:
         peak = check("--gpu-memory-bandwidth", parse_positive_number, args.gpu_memory_bandwidth)
-    if interval and window and window < 2 * interval:
-        problems.append(
-            f"--window: {args.window} must span at least two polls (--interval {args.interval})"
-        )
-    if interval and forecast_window and forecast_window < 2 * interval:
-        problems.append(
-            f"--forecast-window: {args.forecast_window} must span at least two polls "
-            f"(--interval {args.interval})"
-        )
-    if args.vllm_log:
-        # The file itself may appear later (the exporter can start before vLLM).
-        if Path(args.vllm_log).is_dir():
-            problems.append(f"--vllm-log: {args.vllm_log!r} is a directory, not a log file")
-        elif not Path(args.vllm_log).parent.is_dir():
-            problems.append(f"--vllm-log: directory of {args.vllm_log!r} does not exist")
+    problems += _span_problems(args, interval, window, forecast_window)
+    problems += _vllm_log_problems(args.vllm_log)
     sizes = {
         flag: check(flag, _positive_int, raw) if raw is not None else None
         for flag, raw in (
@@ -255,16 +308,8 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
             ("--pipeline-parallel-size", args.pipeline_parallel_size),
         )
     }
-    if args.model_dir:
-        try:
-            read_checkpoint(Path(args.model_dir))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            problems.append(f"--model-dir: {args.model_dir!r}: {type(e).__name__}: {e}")
-    if args.metric_prefix != AUTO_PREFIX and not METRIC_PREFIX.fullmatch(args.metric_prefix):
-        problems.append(
-            f"--metric-prefix: {args.metric_prefix!r} cannot start a metric name "
-            "(letters, digits, '_' and ':'; not a digit first)"
-        )
+    problems += _model_dir_problems(args.model_dir)
+    problems += _metric_prefix_problems(args.metric_prefix)
     problems += security_problems(args)
     if problems:
         raise ConfigError("\n".join(problems))

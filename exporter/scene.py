@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_glassbox.core import derive, series
 from vllm_glassbox.core import snapshot as s
-from vllm_glassbox.core.snapshot import first_cache
+from vllm_glassbox.core.snapshot import EngineKey, EngineSample, first_cache
 from vllm_glassbox.explain.scene import Blind, Reading, Scene, Scope, Window
 
 if TYPE_CHECKING:  # exposition builds its findings from here
@@ -60,62 +60,27 @@ def scene_from_state(
     pools = state.kv_pools
     capacity = {k: p.capacity_tokens for k, p in pools.items() if p.capacity_tokens is not None}
     used = {k: p.used_tokens for k, p in pools.items() if p.used_tokens is not None}
-    gauge = {
-        name: {k: e.gauges[name] for k, e in engines.items() if name in e.gauges}
-        for name in (s.KV_USAGE, s.RUNNING, s.WAITING)
-    }
-    exhaustion = {}
-    for key, growth in state.used_tokens_growth.items():
-        pool = pools.get(key)
-        if pool is None:
-            continue
-        free = derive.kv_cache_free_tokens(pool.used_tokens, pool.capacity_tokens)
-        seconds = derive.kv_cache_exhaustion_seconds(free, growth.tokens, growth.seconds)
-        if seconds is not None:
-            exhaustion[key] = seconds
+    gauge = _gauges(engines)
+    exhaustion = _exhaustion_seconds(state)
     cache = first_cache(snapshot)
-    stages = derive.startup_stages(state.cold_start) if state.cold_start else None
-    startup = {}
-    if stages is not None:
-        startup = {
-            name: Reading(value, f'{series.STARTUP_STAGE.name}{{stage="{name}"}}')
-            for name, value in stages.by_stage().items()
-        }
-        if stages.total is not None:
-            startup["total"] = Reading(stages.total, series.STARTUP.name)
+    block_size = None if cache is None or cache.block_size is None else float(cache.block_size)
     spec = any(s.SPEC_DRAFTS in e.counters for e in engines.values())
-    weights = context.weights_bytes
     return Scene(
         scope,
         decode=decode,
-        weights=None if weights is None else Reading(weights, _weights_series(state)),
+        weights=_reading(context.weights_bytes, _weights_series(state)),
         mixture_of_experts=state.weights is not None and state.weights.active_bytes is not None,
-        peak_bandwidth=(
-            None
-            if state.peak_bandwidth is None
-            else Reading(state.peak_bandwidth, series.PEAK_BANDWIDTH.name)
-        ),
+        peak_bandwidth=_reading(state.peak_bandwidth, series.PEAK_BANDWIDTH.name),
         tensor_parallel=state.layout.tensor,
         pipeline_parallel=state.layout.pipeline,
         vllm_version=state.vllm_version,
         kv_capacity=_values(capacity, series.KV_CAPACITY.name, "max"),
-        kv_block_size=(
-            None
-            if cache is None or cache.block_size is None
-            else Reading(float(cache.block_size), series.KV_BLOCK_SIZE.name)
-        ),
-        kv_memory=(
-            None
-            if state.kv_cache_memory_bytes is None
-            else Reading(state.kv_cache_memory_bytes, series.KV_MEMORY.name)
-        ),
+        kv_block_size=_reading(block_size, series.KV_BLOCK_SIZE.name),
+        kv_memory=_reading(state.kv_cache_memory_bytes, series.KV_MEMORY.name),
         kv_memory_fixed=cache is not None and cache.kv_cache_memory_bytes is not None,
-        gpu_memory_utilization=(
-            None
-            if cache is None or cache.gpu_memory_utilization is None
-            else Reading(
-                cache.gpu_memory_utilization, "vllm:cache_config_info{gpu_memory_utilization}"
-            )
+        gpu_memory_utilization=_reading(
+            None if cache is None else cache.gpu_memory_utilization,
+            "vllm:cache_config_info{gpu_memory_utilization}",
         ),
         kv_usage_peak=_values(
             gauge[s.KV_USAGE], "vllm:kv_cache_usage_perc (now, the fullest engine)", "max"
@@ -132,9 +97,49 @@ def scene_from_state(
         ),
         kv_exhaustion=_values(exhaustion, series.KV_EXHAUSTION.name, "min"),
         spec_configured=spec,
-        startup=startup,
+        startup=_startup(state),
         blind=blind,
     )
+
+
+def _reading(value: float | None, source: str) -> Reading | None:
+    return None if value is None else Reading(value, source)
+
+
+def _gauges(engines: Mapping[EngineKey, EngineSample]) -> dict[str, dict[EngineKey, float]]:
+    """The gauges of the queue and the pool, as of the latest poll, by engine."""
+    return {
+        name: {k: e.gauges[name] for k, e in engines.items() if name in e.gauges}
+        for name in (s.KV_USAGE, s.RUNNING, s.WAITING)
+    }
+
+
+def _exhaustion_seconds(state: PollState) -> dict[EngineKey, float]:
+    """Each pool's seconds until full at its recent growth, where it grew."""
+    exhaustion = {}
+    for key, growth in state.used_tokens_growth.items():
+        pool = state.kv_pools.get(key)
+        if pool is None:
+            continue
+        free = derive.kv_cache_free_tokens(pool.used_tokens, pool.capacity_tokens)
+        seconds = derive.kv_cache_exhaustion_seconds(free, growth.tokens, growth.seconds)
+        if seconds is not None:
+            exhaustion[key] = seconds
+    return exhaustion
+
+
+def _startup(state: PollState) -> dict[str, Reading]:
+    """The latest start's stages, and its total, as the page publishes them."""
+    stages = derive.startup_stages(state.cold_start) if state.cold_start else None
+    if stages is None:
+        return {}
+    startup = {
+        name: Reading(value, f'{series.STARTUP_STAGE.name}{{stage="{name}"}}')
+        for name, value in stages.by_stage().items()
+    }
+    if stages.total is not None:
+        startup["total"] = Reading(stages.total, series.STARTUP.name)
+    return startup
 
 
 def _weights_series(state: PollState) -> str:

@@ -30,7 +30,6 @@ from vllm_glassbox.dashboards import catalog
 from vllm_glassbox.dashboards import queries as q
 from vllm_glassbox.dashboards.cli import main
 from vllm_glassbox.dashboards.common import LAB_ANNOTATION_TAG
-from vllm_glassbox.dashboards.drawing import with_gaps
 from vllm_glassbox.dashboards.formatting import format_value
 from vllm_glassbox.dashboards.grafana import (
     TimeRange,
@@ -50,6 +49,7 @@ from vllm_glassbox.dashboards.panel_data import (
     stacked_bar_cells,
 )
 from vllm_glassbox.dashboards.pictures import draw_pictures
+from vllm_glassbox.dashboards.visualizations import with_gaps
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_registry
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
 from vllm_glassbox.lab.backends.server_process import free_port

@@ -14,16 +14,10 @@ from typing import Any
 
 import pytest
 from vllm_glassbox.dashboards import catalog
-from vllm_glassbox.dashboards.drawing import (
-    Box,
-    draw_panel,
-    legend_entries,
-    render_panel,
-    render_sheet,
-    shorten,
-)
+from vllm_glassbox.dashboards.drawing import draw_panel, render_panel, render_sheet
 from vllm_glassbox.dashboards.grafana import TimeRange, panels_of
 from vllm_glassbox.dashboards.panel_data import PanelData, Series, TargetData
+from vllm_glassbox.dashboards.visualizations import Box, legend_entries, shorten
 
 BOARDS = [catalog.as_json(d) for d in catalog.dashboards()]
 SPAN = TimeRange(start=0.0, end=600.0, step=15.0, scrape_interval=15.0)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from vllm_glassbox.core.snapshot import Snapshot
@@ -24,7 +25,7 @@ from vllm_glassbox.lab.experiments.pool_forecasts import (
     judge_timeline,
 )
 from vllm_glassbox.lab.progress import number_text
-from vllm_glassbox.lab.vllm.client import Completion, Sampler
+from vllm_glassbox.lab.vllm.client import Completion, Sampler, VllmClient
 
 
 def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
@@ -57,25 +58,10 @@ def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
             lab.progress.note(f"  poll at {t:.1f}s failed: {error}")
 
         lab.progress.status(f"flood of {phase.concurrency} requests")
-        pool = concurrent.futures.ThreadPoolExecutor(phase.concurrency, "flood")
-        together = threading.Barrier(phase.concurrency)
-
-        def send(body: Mapping[str, Any]) -> Completion:
-            # Sent together, however busy the client's machine: threads that start late
-            # found the first requests finished and the pool never full (seen on 2 cores:
-            # 12 requests, at most 4 running, no preemption).
-            together.wait(timeout=phase.timeout_seconds)
-            return client.complete(body)
-
         started = time.monotonic()
-        try:
-            # The sampler's first poll is the empty pool at t = 0; the flood follows.
-            with Sampler(client, phase.poll_seconds, on_sample, on_missed=on_missed):
-                futures = [pool.submit(send, b) for b in bodies]
-                done, pending = concurrent.futures.wait(futures, phase.timeout_seconds)
-        finally:
-            # Never wait for requests in flight: restore() stops the server under them.
-            pool.shutdown(wait=False, cancel_futures=True)
+        # The sampler's first poll is the empty pool at t = 0; the flood follows.
+        with Sampler(client, phase.poll_seconds, on_sample, on_missed=on_missed):
+            done, pending = _flood(client, bodies, phase.timeout_seconds)
         completions = [f.result() for f in done if f.exception() is None]
         errors = [describe_error(e) for f in done if (e := f.exception()) is not None]
         final = client.settled_snapshot(
@@ -100,12 +86,7 @@ def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
                 if p.latency_seconds is not None and p.latency_seconds > phase.poll_seconds
             ),
         )
-        lab.progress.note(
-            f"  flood: {result.completed}/{result.requests} done, "
-            f"{result.pressure.preemptions_total:g} preemptions, "
-            f"largest jump {result.pressure.max_preemption_jump:g} in one poll, "
-            f"acts: {' → '.join(a.name for a in result.pressure.acts)}"
-        )
+        lab.progress.note(_flood_line(result))
         if pending:
             raise PhaseFailed(
                 f"{len(pending)} request(s) still running after "
@@ -115,6 +96,38 @@ def run(lab: Services, phase: KvPressurePhase) -> KvPressureResult:
         if errors:
             raise PhaseFailed(f"{len(errors)} request(s) failed: {errors[0]}", result)
         return result
+
+
+def _flood(
+    client: VllmClient, bodies: Sequence[Mapping[str, Any]], timeout: float
+) -> tuple[set[Future[Completion]], set[Future[Completion]]]:
+    """Every request sent at once: the requests done within `timeout`, and those still
+    running (never waited for: restore() stops the server under them)."""
+    pool = concurrent.futures.ThreadPoolExecutor(len(bodies), "flood")
+    together = threading.Barrier(len(bodies))
+
+    def send(body: Mapping[str, Any]) -> Completion:
+        # Sent together, however busy the client's machine: threads that start late
+        # found the first requests finished and the pool never full (seen on 2 cores:
+        # 12 requests, at most 4 running, no preemption).
+        together.wait(timeout=timeout)
+        return client.complete(body)
+
+    try:
+        futures = [pool.submit(send, b) for b in bodies]
+        done, pending = concurrent.futures.wait(futures, timeout)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return done, pending
+
+
+def _flood_line(result: KvPressureResult) -> str:
+    return (
+        f"  flood: {result.completed}/{result.requests} done, "
+        f"{result.pressure.preemptions_total:g} preemptions, "
+        f"largest jump {result.pressure.max_preemption_jump:g} in one poll, "
+        f"acts: {' → '.join(a.name for a in result.pressure.acts)}"
+    )
 
 
 def _pressure_line(p: TimelinePoint) -> str:

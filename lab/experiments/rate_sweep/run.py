@@ -141,6 +141,25 @@ class Sweep:
             slo_file=phase.slo.source if phase.slo else None,
         )
 
+    def _bench(self, name: str, rate: float, requests: int) -> tuple[dict[str, Any], str | None]:
+        """`vllm bench serve` at `rate`: its results file read, or what went wrong."""
+        phase, served, bench_dir = self.phase, self.served, self.bench_dir
+        client = served.client
+        try:
+            run_bench(
+                phase.bench_command,
+                bench_args(phase, served.deployed, rate, requests, bench_dir, f"{name}.json"),
+                bench_dir / f"{name}.log",
+                phase.step_timeout_seconds,
+                client.api_key.value if client.api_key else None,
+            )
+            bench: dict[str, Any] = json.loads((bench_dir / f"{name}.json").read_text())
+        except subprocess.TimeoutExpired:
+            return {}, f"vllm bench serve ran past step_timeout ({phase.step_timeout_seconds:g}s)"
+        except (LabError, OSError, ValueError) as e:
+            return {}, str(e)
+        return bench, None
+
     def step(self, index: int, rate: float) -> SweepStep:
         """One step: the benchmark at `rate`, the page polled beside it, the counters
         around it; kept with the others."""
@@ -170,22 +189,8 @@ class Sweep:
 
         name = f"step-{index + 1:02d}-{rate:g}rps"
         bench_dir = self.bench_dir
-        error = None
-        bench: dict[str, Any] = {}
         with Sampler(client, phase.poll_seconds, on_sample, on_missed=on_missed):
-            try:
-                run_bench(
-                    phase.bench_command,
-                    bench_args(phase, served.deployed, rate, requests, bench_dir, f"{name}.json"),
-                    bench_dir / f"{name}.log",
-                    phase.step_timeout_seconds,
-                    client.api_key.value if client.api_key else None,
-                )
-                bench = json.loads((bench_dir / f"{name}.json").read_text())
-            except subprocess.TimeoutExpired:
-                error = f"vllm bench serve ran past step_timeout ({phase.step_timeout_seconds:g}s)"
-            except (LabError, OSError, ValueError) as e:
-                error = str(e)
+            bench, error = self._bench(name, rate, requests)
         self.timeline.extend(points)
         view = client_view(bench) if bench else None
         after = client.settled_snapshot(
