@@ -22,7 +22,7 @@ Every public name is importable from the package, as callers use it
 `from vllm_glassbox.core.derive import Increase`). A new concern (say, the KV transfer of
 disaggregated serving, or cost per token) is one new module here, standing on the
 modules above; its public names imported below and listed in `__all__`; its tests in
-tests/core/. tests/core/test_derive_package.py fails on a public name the package does
+tests/core/. tests/core/test_core_packages.py fails on a public name the package does
 not export, a name two concerns define, and a concern that imports the package rather
 than a module of it.
 """

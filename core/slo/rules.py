@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from vllm_glassbox.core.slo.file import ERRORS, Objective, SloFile, number_text, template_text
+from vllm_glassbox.core.slo.file import (
+    ERRORS,
+    Objective,
+    SloFile,
+    number_text,
+    template_document,
+    template_text,
+)
 
 # --- the burn alerts ----------------------------------------------------------------------
 
@@ -28,9 +35,9 @@ _BURN_TERM = re.compile(r"glassbox_slo_error_ratio:(\w+)\{[^}]*\} / @BUDGET@ > (
 _OR = re.compile(r"^\s*or\s*$", re.MULTILINE)
 
 
-def _burn_alerts(text: str) -> dict[str, tuple[BurnClause, ...]]:
+def _burn_alerts(template: Mapping[str, Any]) -> dict[str, tuple[BurnClause, ...]]:
     out = {}
-    for group in yaml.safe_load(text)["groups"]:
+    for group in template["groups"]:
         for rule in (r for r in group["rules"] if "alert" in r):
             clauses = []
             for clause in _OR.split(str(rule["expr"])):
@@ -47,7 +54,7 @@ def _burn_alerts(text: str) -> dict[str, tuple[BurnClause, ...]]:
 
 #: The burn alerts, most urgent first, each as its clauses (any one fires it), read from
 #: the rule template: what `glassbox explain` judges a burn by is what the alerts fire on.
-BURN_ALERTS = _burn_alerts(template_text())
+BURN_ALERTS = _burn_alerts(template_document())
 
 
 # --- the rules -----------------------------------------------------------------------------

@@ -425,8 +425,13 @@ def test_the_burn_alerts_are_read_from_the_rule_template_as_the_workbook_has_the
     assert clauses["VLLMSLOSlowBurn"][0][1] == slo.SLOW_BURN
 
 
+def test_the_template_is_read_as_pyyaml_s_own_parser_reads_it() -> None:
+    assert slo.template_document() == yaml.safe_load(slo.template_text())
+    assert slo.template_document() is slo.template_document()  # read once
+
+
 def test_a_burn_clause_of_two_factors_is_refused() -> None:
     template = slo.template_text().replace("@BUDGET@ > 14.4\n", "@BUDGET@ > 14\n", 1)
     assert template != slo.template_text()
     with pytest.raises(ValueError, match="VLLMSLOFastBurn: one factor a clause"):
-        slo_rules._burn_alerts(template)
+        slo_rules._burn_alerts(yaml.safe_load(template))
