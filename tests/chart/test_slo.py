@@ -1,5 +1,5 @@
 """The chart's prometheusRule.slo: the same objectives render the same rules as
-`glassbox rules --slo` (the chart's template and core/slo.py fill one rule template),
+`glassbox rules --slo` (the chart's template and core/slo/ fill one rule template),
 the SLO alerts follow the chart's alert settings, and what the CLI refuses the chart
 refuses too, naming the key."""
 

@@ -259,7 +259,7 @@ def _objectives(r: RateSweepResult) -> list[str]:
     if not r.slo_file:
         return []
     out = [
-        f"**The objectives of {r.slo_file}**, the definition its rules use (core/slo.py): "
+        f"**The objectives of {r.slo_file}**, the definition its rules use (core/slo/): "
         "a latency is within its objective up to the bucket boundary the rules count (the "
         "threshold, or the nearest vLLM boundary below it); failed requests count against "
         "the errors objective only. Goodput above: the requests within every objective.",
