@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 from urllib.parse import quote
 
+from vllm_glassbox.core import disagg_page as kv
 from vllm_glassbox.core import launchers
 from vllm_glassbox.core.errors import ScrapeError
 from vllm_glassbox.core.textformat import (
@@ -48,6 +49,9 @@ REQUEST_PROMPT_SUM = "request_prompt_tokens_sum"
 REQUEST_PROMPT_COUNT = "request_prompt_tokens_count"
 REQUEST_OUTPUT_SUM = "request_generation_tokens_sum"
 REQUEST_OUTPUT_COUNT = "request_generation_tokens_count"
+# How long requests waited in the queue before they were first scheduled.
+QUEUE_SUM = "request_queue_sum"
+QUEUE_COUNT = "request_queue_count"
 
 #: The `_sum` series among them. Only these may go down without a restart: a histogram can
 #: observe a negative value (TTFT is measured on the wall clock, which can step back).
@@ -88,6 +92,8 @@ _COUNTERS: dict[str, tuple[str, ...]] = {
     REQUEST_PROMPT_COUNT: ("vllm:request_prompt_tokens_count",),
     REQUEST_OUTPUT_SUM: ("vllm:request_generation_tokens_sum",),
     REQUEST_OUTPUT_COUNT: ("vllm:request_generation_tokens_count",),
+    QUEUE_SUM: ("vllm:request_queue_time_seconds_sum",),
+    QUEUE_COUNT: ("vllm:request_queue_time_seconds_count",),
 }
 _ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
@@ -120,6 +126,7 @@ _V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
 WANTED_SAMPLES: frozenset[str] = frozenset(
     [n for names in (*_COUNTERS.values(), *_GAUGES.values()) for n in names]
     + [_ACCEPTED_PER_POS, _CACHE_CONFIG, _SLEEP_STATE, _PROCESS_START, _PROCESS_CPU, *_V0_ONLY]
+    + sorted(kv.WANTED)
 )
 
 #: vLLM's page with only the samples read here. vLLM answers /metrics itself (through
@@ -172,6 +179,9 @@ class Snapshot:
     # (`glassbox_input_unrecognised{source="page"}`).
     unrecognised: Mapping[str, str] = field(default_factory=dict)
     prefix: str = "vllm:"  # what vLLM's names started with on the page (read_snapshot)
+    # The KV connectors whose transfer families the page shows ("nixl", "mooncake").
+    kv_connectors: tuple[str, ...] = ()
+    adapters: kv.Adapters | None = None  # with --enable-lora
 
     def cache_for(self, key: EngineKey) -> CacheConfig | None:
         return self.cache.get(key.engine)
@@ -280,6 +290,13 @@ def snapshot_from_samples(samples: Samples, shapes: Mapping[str, str] | None = N
     for labels, value in samples.get(_SLEEP_STATE, {}).items():
         if dict(labels).get("sleep_state") == "awake":
             add(gauges, AWAKE, {_strip(labels, "sleep_state"): value}, "max")
+    transfers, connectors = kv.connector_counters(samples)
+    for canonical, series in transfers.items():
+        add(counters, canonical, series, "sum")
+    for canonical, labels, value in kv.labelled(samples, kv.LABELLED_COUNTERS):
+        add(counters, canonical, {labels: value}, "sum")
+    for canonical, labels, value in kv.labelled(samples, kv.LABELLED_GAUGES):
+        add(gauges, canonical, {labels: value}, "max")
 
     keys = set(counters) | set(gauges)
     if not keys:
@@ -291,15 +308,46 @@ def snapshot_from_samples(samples: Samples, shapes: Mapping[str, str] | None = N
     unrecognised = dict(shapes or {})
     if _is_v0(samples):
         unrecognised |= _drop_untrusted_v0_counters(counters)
+    unrecognised |= _transfer_shapes(samples, gauges, connectors)
     snapshot = Snapshot(
         engines={k: EngineSample(counters.get(k, {}), gauges.get(k, {})) for k in sorted(keys)},
         cache=_cache_configs(samples.get(_CACHE_CONFIG)),
         process_start_time=start,
         process_cpu_seconds=samples.get(_PROCESS_CPU, {}).get((), None),
         unrecognised=unrecognised,
+        kv_connectors=tuple(connectors),
+        adapters=kv.adapters_of(samples),
     )
     _check_engines_agree(snapshot)
     return snapshot
+
+
+def _transfer_shapes(
+    samples: Samples, gauges: Mapping[EngineKey, Mapping[str, float]], connectors: list[str]
+) -> dict[str, str]:
+    """A consumer's page whose transfers glassbox cannot read: transfer families it does
+    not read as such, or none at all (a connector that exports none: the shares of prompt
+    tokens are read, the transfer series are absent)."""
+    if connectors:
+        return {}
+    foreign = kv.foreign_connector_names(samples)
+    if foreign:
+        return {
+            "kv_transfer_families_not_read": "KV transfer families glassbox does not read "
+            "as transfers between a producer and a consumer: " + _some(foreign)
+        }
+    consumers = sorted(
+        key.engine
+        for key, values in gauges.items()
+        if any(n.startswith(kv.KV_FETCH) for n in values)
+    )
+    if consumers:
+        return {
+            "kv_consumer_without_transfer_families": "a KV consumer's page "
+            "(vllm:num_requests_kv_fetch_by_stage) without any transfer family glassbox "
+            "reads (NIXL's, Mooncake's): engines " + ", ".join(consumers)
+        }
+    return {}
 
 
 #: What `families_of` names the cache config by.

@@ -16,6 +16,8 @@ One module per concern, each standing only on the ones above it here:
 - `bandwidth`: weights and memory bandwidth, and another precision
 - `kv_cache`: the KV pool, its forecast, and another memory budget
 - `startup`: cold start, and the first requests after it
+- `disaggregation`: prompt tokens by source, KV transfers between a producer and a
+  consumer, the adapters' deferred waits, and their what-ifs
 
 Every public name is importable from the package, as callers use it
 (`from vllm_glassbox.core import derive; derive.ratio`, or
@@ -48,6 +50,26 @@ from vllm_glassbox.core.derive.bandwidth import (
     weight_read_bandwidth_per_gpu,
     weights_at_bits,
     weights_from_log,
+)
+from vllm_glassbox.core.derive.disaggregation import (
+    adapter_slots_free,
+    deferred_share_of_waiting,
+    kv_transfer_bandwidth,
+    kv_transfer_bandwidth_needed,
+    kv_transfer_bytes_per_second,
+    kv_transfer_bytes_per_token,
+    kv_transfer_decode_steps,
+    kv_transfer_expirations_per_second,
+    kv_transfer_failures_per_second,
+    kv_transfer_link_utilization,
+    kv_transfer_seconds,
+    locally_prefilled_tokens_per_second,
+    mean_queue_seconds,
+    prefill_seconds_on_local_tokens,
+    prompt_token_share,
+    prompt_token_source_shares,
+    prompt_tokens_by_source,
+    queue_seconds_deferred,
 )
 from vllm_glassbox.core.derive.increases import (
     Increase,
@@ -139,6 +161,7 @@ __all__ = [
     "StartupStages",
     "active_weights",
     "active_weights_of",
+    "adapter_slots_free",
     "burn_rate",
     "counter_increase",
     "counters_restarted",
@@ -147,6 +170,7 @@ __all__ = [
     "decode_step_at_bandwidth",
     "decode_step_on_line",
     "decode_tokens",
+    "deferred_share_of_waiting",
     "engine_sleeping",
     "engine_steps_per_second",
     "engines_together",
@@ -173,13 +197,29 @@ __all__ = [
     "kv_cache_tokens_demanded",
     "kv_cache_tokens_for_memory",
     "kv_cache_used_tokens",
+    "kv_transfer_bandwidth",
+    "kv_transfer_bandwidth_needed",
+    "kv_transfer_bytes_per_second",
+    "kv_transfer_bytes_per_token",
+    "kv_transfer_decode_steps",
+    "kv_transfer_expirations_per_second",
+    "kv_transfer_failures_per_second",
+    "kv_transfer_link_utilization",
+    "kv_transfer_seconds",
+    "locally_prefilled_tokens_per_second",
     "marginal_weight_read_bandwidth",
+    "mean_queue_seconds",
     "memory_bandwidth_utilization",
     "model_load_bytes_per_second",
     "physically_possible",
     "prediction_error",
     "preemptions_per_second",
+    "prefill_seconds_on_local_tokens",
     "process_restarted",
+    "prompt_token_share",
+    "prompt_token_source_shares",
+    "prompt_tokens_by_source",
+    "queue_seconds_deferred",
     "ratio",
     "request_prefill_seconds",
     "request_time_per_output_token",

@@ -1,0 +1,152 @@
+"""A prefill/decode pair of the real vLLM CPU build, joined by NIXL, against hand arithmetic.
+
+The pages are tests/fixtures/metrics/cpu-0.32-disagg/ (tests/capture_disagg.py): four
+requests of 300 prompt tokens through the pair, then three sent to the consumer alone.
+Every expected value is worked out from the raw counters of those pages, by hand, in the
+test; the tiny model's KV is 2,048 bytes a token (4 layers × 2 KV heads × 64 dims × K
+and V × 2 bytes) and the CPU backend's blocks are 128 tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+from vllm_glassbox.core import derive
+from vllm_glassbox.core import disagg_page as kv
+from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.derive import Increase, increase_between
+from vllm_glassbox.core.snapshot import read_snapshot
+
+from tests.fixtures import log, page
+
+DIR = "cpu-0.32-disagg/"
+WINDOW = 60.0
+
+
+def between(before: str, after: str, seconds: float = WINDOW) -> Increase:
+    a, b = read_snapshot(page(DIR + before)), read_snapshot(page(DIR + after))
+    key = next(iter(b.engines))
+    return increase_between(a.engines[key].counters, b.engines[key].counters, seconds)
+
+
+@pytest.fixture(scope="module")
+def paired() -> Increase:
+    """The consumer over the four requests whose KV the producer sent."""
+    return between("nixl-consumer-idle.txt", "nixl-consumer-after-pair.txt")
+
+
+@pytest.fixture(scope="module")
+def misrouted() -> Increase:
+    """The consumer over the three requests sent to it alone."""
+    return between("nixl-consumer-after-pair.txt", "nixl-consumer-after-misrouted.txt")
+
+
+def test_the_consumer_received_every_prompt_token_of_the_pair_by_transfer(paired: Increase) -> None:
+    # 4 requests × 300 prompt tokens, all 1,200 external_kv_transfer, none computed here.
+    assert derive.prompt_tokens_by_source(paired) == 1_200
+    assert derive.prompt_token_source_shares(paired) == {
+        "local_compute": 0.0,
+        "local_cache_hit": 0.0,
+        "external_kv_transfer": 1.0,
+    }
+    assert derive.locally_prefilled_tokens_per_second(paired) == 0.0
+
+
+def test_the_transfers_moved_whole_blocks_at_bytes_over_seconds(paired: Increase) -> None:
+    # Each request's 300 tokens fill 3 blocks of 128: 3 × 128 × 2,048 = 786,432 bytes, 4 of
+    # them 3,145,728, in 0.039011 s of transfers (the page's nixl_xfer_time_seconds_sum).
+    assert paired[kv.KV_TRANSFER_BYTES] == 4 * 3 * 128 * 2048
+    assert derive.kv_transfer_bandwidth(paired) == pytest.approx(3_145_728 / 0.039011)
+    assert derive.kv_transfer_seconds(paired) == pytest.approx(0.039011 / 4)
+    assert derive.kv_transfer_bytes_per_second(paired) == pytest.approx(3_145_728 / WINDOW)
+    assert derive.kv_transfer_bytes_per_token(paired) == pytest.approx(3_145_728 / 1_200)
+    assert derive.kv_transfer_failures_per_second(paired) == 0.0
+    assert derive.kv_transfer_expirations_per_second(paired) == 0.0
+
+
+def test_a_transfer_lasts_a_quarter_of_a_decode_step(paired: Increase) -> None:
+    # 124 decode steps (4 × 31) took 4.650310433 s: 37.5 ms a step; a transfer 9.75 ms.
+    step = 4.650310433000186 / 124
+    assert derive.kv_transfer_decode_steps(paired) == pytest.approx((0.039011 / 4) / step)
+    assert derive.kv_transfer_decode_steps(paired) == pytest.approx(0.26, abs=0.005)
+
+
+def test_the_link_utilization_is_the_bandwidth_over_the_peak_and_never_above_one(
+    paired: Increase,
+) -> None:
+    achieved = 3_145_728 / 0.039011  # 80.6 MB/s over UCX's TCP on loopback
+    assert derive.kv_transfer_link_utilization(paired, 1.25e9) == pytest.approx(achieved / 1.25e9)
+    assert derive.kv_transfer_link_utilization(paired, 50e6) is None  # a peak below the measured
+    assert derive.kv_transfer_link_utilization(paired, None) is None
+
+
+def test_the_misrouted_requests_were_prefilled_by_the_consumer_itself(misrouted: Increase) -> None:
+    # 3 × 300 tokens, every one local_compute; no transfer in the window.
+    assert derive.prompt_token_source_shares(misrouted)["local_compute"] == 1.0
+    assert derive.locally_prefilled_tokens_per_second(misrouted) == pytest.approx(900 / WINDOW)
+    assert derive.kv_transfer_bandwidth(misrouted) is None  # no transfer: absent, not 0
+    assert derive.kv_transfer_bytes_per_second(misrouted) == 0.0
+    # Its prefill seconds: 0.381611308 − 0.124805796 over the three, all on local tokens.
+    prefill = 0.38161130799971943 - 0.12480579599969133
+    assert derive.prefill_seconds_on_local_tokens(misrouted) == pytest.approx(prefill / WINDOW)
+
+
+def test_the_bandwidth_misrouted_traffic_needs_is_its_tokens_at_the_pairs_bytes_per_token(
+    paired: Increase, misrouted: Increase
+) -> None:
+    needed = derive.kv_transfer_bandwidth_needed(
+        derive.locally_prefilled_tokens_per_second(misrouted),
+        derive.kv_transfer_bytes_per_token(paired),
+    )
+    assert needed == pytest.approx(900 / WINDOW * 3_145_728 / 1_200)
+
+
+def test_the_producer_computed_every_prompt_and_transferred_nothing_itself() -> None:
+    d = between("nixl-producer-idle.txt", "nixl-producer-after-pair.txt")
+    assert derive.prompt_token_source_shares(d)["local_compute"] == 1.0
+    assert d[s.PROMPT_TOKENS] == 1_200
+    assert derive.kv_transfer_bandwidth(d) is None  # the consumer reads: NIXL times it there
+
+
+def test_series_without_their_families_are_absent_not_zero() -> None:
+    plain = Increase({s.PROMPT_TOKENS: 300.0, s.ITL_SUM: 1.0, s.ITL_COUNT: 10.0}, WINDOW)
+    assert derive.prompt_token_source_shares(plain) == {}
+    assert derive.locally_prefilled_tokens_per_second(plain) is None
+    assert derive.kv_transfer_bytes_per_second(plain) is None
+    assert derive.kv_transfer_failures_per_second(plain) is None
+    assert derive.kv_transfer_expirations_per_second(plain) is None
+    assert derive.kv_transfer_decode_steps(plain) is None
+    assert derive.prefill_seconds_on_local_tokens(plain) is None
+
+
+# --- the page ---------------------------------------------------------------------------
+
+
+def test_the_consumers_page_shows_nixl_and_its_fetch_stages() -> None:
+    snap = read_snapshot(page(DIR + "nixl-consumer-after-pair.txt"))
+    (engine,) = snap.engines.values()
+    assert snap.kv_connectors == ("nixl",)
+    assert {n for n in engine.gauges if n.startswith(kv.KV_FETCH)} == {
+        kv.KV_FETCH + stage for stage in kv.FETCH_STAGES
+    }
+    assert engine.gauges[kv.WAITING_FOR + "deferred"] == 0.0
+    assert snap.unrecognised == {}
+    assert snap.adapters is None  # no --enable-lora
+
+
+def test_each_role_is_read_from_the_log_and_the_page_agrees() -> None:
+    for side, role in (("producer", "producer"), ("consumer", "consumer")):
+        text = log(f"cpu-0.32-nixl-{side}-startup.log")
+        logged = [r for line in text.splitlines() if (r := kv.role_in_log(line)) is not None]
+        assert logged == [kv.KvRole(role, "NixlConnector", "log")]
+        snap = read_snapshot(page(DIR + f"nixl-{side}-after-pair.txt"))
+        consumer = any(n.startswith(kv.KV_FETCH) for e in snap.engines.values() for n in e.gauges)
+        on_page = kv.role_on_page(consumer, list(snap.kv_connectors), fetch_stages_exist=True)
+        assert on_page == kv.KvRole(role, "nixl", "page")
+
+
+def test_a_connector_without_the_fetch_stages_of_its_release_is_of_unknown_side() -> None:
+    assert kv.role_on_page(False, ["nixl"], fetch_stages_exist=False).role == "unknown"
+    assert kv.role_on_page(False, [], fetch_stages_exist=True).role == "none"
+    assert kv.server_role(kv.KvRole("both", "NixlConnector", "log"), True, ["nixl"], True).role == (
+        "both"
+    )
