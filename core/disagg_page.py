@@ -221,3 +221,18 @@ def labelled(
             rest = tuple((k, v) for k, v in labels if k != label)
             out.append((prefix + d.get(label, ""), rest, value))
     return out
+
+
+def shows_fetch_stages(version: str | None) -> bool:
+    """Whether a release shows a consumer's fetch stages (vLLM 0.32+): there a connector's
+    families without them are a producer's."""
+    try:
+        major, minor = (int(p) for p in (version or "").split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (0, 32)
+
+
+def consumer_engines(gauges: Mapping[str, float]) -> bool:
+    """Whether one engine's gauges hold a consumer's fetch stages."""
+    return any(name.startswith(KV_FETCH) for name in gauges)

@@ -14,47 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from vllm_glassbox.core import derive
+from vllm_glassbox.core import series_disagg as disagg
 from vllm_glassbox.core.derive import Context, Increase
+from vllm_glassbox.core.families import ENGINE as ENGINE
+from vllm_glassbox.core.families import Family as Family
+from vllm_glassbox.core.families import counter as counter
+from vllm_glassbox.core.families import gauge as gauge
 from vllm_glassbox.core.weights import Weights
 
-ENGINE = ("model_name", "engine")  # vLLM's labels of one engine (data-parallel rank)
 START = ("model_name", "start")  # one start of vLLM, from its log
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str  # as exposed: a counter's ends in _total
-    kind: Literal["gauge", "counter"]
-    help: str
-    labels: tuple[str, ...] = ()
-    windowed: bool = False  # a value over the window: HELP says how long it is
-
-    def help_text(self, window_seconds: float) -> str:
-        """The HELP line as exposed."""
-        return f"{self.help} Window: {window_seconds:g}s." if self.windowed else self.help
-
-    def new(self, window_seconds: float = 0.0) -> GaugeMetricFamily | CounterMetricFamily:
-        """An empty family of this kind, to add samples to."""
-        kind = GaugeMetricFamily if self.kind == "gauge" else CounterMetricFamily
-        return kind(self.name, self.help_text(window_seconds), labels=self.labels)
-
-    def single(self, value: float, *label_values: str) -> GaugeMetricFamily | CounterMetricFamily:
-        """The family holding one series: `value`, with these label values."""
-        family = self.new()
-        family.add_metric(list(label_values), value)
-        return family
-
-
-def gauge(name: str, help: str, labels: tuple[str, ...] = ()) -> Family:
-    return Family(name, "gauge", help, labels)
-
-
-def counter(name: str, help: str, labels: tuple[str, ...] = ()) -> Family:
-    return Family(name, "counter", help, labels)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -425,6 +395,7 @@ ALL: tuple[Family, ...] = (
     KV_EXHAUSTION,
     FIRST_PREFILL,
     WARM_PREFILL,
+    *disagg.ALL,
     INPUT_UNRECOGNISED,
     FINDING_INFO,
     WEB_CONFIG_RELOAD,

@@ -49,13 +49,16 @@ REQUEST_PROMPT_SUM = "request_prompt_tokens_sum"
 REQUEST_PROMPT_COUNT = "request_prompt_tokens_count"
 REQUEST_OUTPUT_SUM = "request_generation_tokens_sum"
 REQUEST_OUTPUT_COUNT = "request_generation_tokens_count"
+
 # How long requests waited in the queue before they were first scheduled.
 QUEUE_SUM = "request_queue_sum"
 QUEUE_COUNT = "request_queue_count"
 
 #: The `_sum` series among them. Only these may go down without a restart: a histogram can
 #: observe a negative value (TTFT is measured on the wall clock, which can step back).
-SUMS = frozenset({TTFT_SUM, ITL_SUM, PREFILL_SUM})
+SUMS = frozenset(
+    {TTFT_SUM, ITL_SUM, PREFILL_SUM, QUEUE_SUM, kv.KV_TRANSFER_SECONDS, kv.KV_TRANSFER_BYTES}
+)
 
 # Gauges, per engine.
 RUNNING = "running"

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from vllm_glassbox.core.cold_start import ColdStart
+from vllm_glassbox.core.disagg_page import KvRole, role_in_log
 from vllm_glassbox.core.log_patterns import (
     API_SERVER_PREFIX,
     API_SERVERS,
@@ -90,6 +91,8 @@ class StartupFacts:
     # How many API servers the start runs (API_SERVERS; the prefixes: at least the
     # highest ApiServer_<n> + 1, one where only "(APIServer pid=…)" writes).
     api_servers: int | None = None
+    # The KV role and connector of `--kv-transfer-config` (the "non-default args" line).
+    kv_role: KvRole | None = None
     # Shapes of lines glassbox does not read, with the first such line.
     unknown_lines: Mapping[str, str] = field(default_factory=dict)
 
@@ -208,6 +211,7 @@ class StartupFacts:
             expert_parallel=self.expert_parallel,
             hybrid_kv=self.hybrid_kv,
             api_servers=self.api_servers,
+            kv_role=self.kv_role,
         )
 
     def _api_servers_in(self, line: str) -> StartupFacts:
@@ -229,6 +233,8 @@ class StartupFacts:
             facts = facts._seeing(writer(line), line)
         if "Server" in line or "API server" in line or "api_server_count" in line:
             facts = facts._api_servers_in(line)
+        if "kv_transfer_config" in line and (role := role_in_log(line)) is not None:
+            facts = replace(facts, kv_role=role)
         repeated = REPEATED.search(line) if "across cluster]" in line else None
         if (
             repeated

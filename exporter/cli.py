@@ -137,6 +137,12 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
         metavar="B",
         help="peak memory bandwidth in bytes/s (plain or scientific: 864e9)",
     )
+    p.add_argument(
+        "--kv-link-bandwidth",
+        metavar="B",
+        help="peak bandwidth in bytes/s of the link a KV consumer receives KV on "
+        "(400 Gb/s RDMA: 50e9), for glassbox_kv_transfer_link_utilization_ratio",
+    )
     # The parallel layout, when vLLM's log does not say it (or says it wrong).
     for size in ("tensor", "pipeline"):
         p.add_argument(
@@ -299,6 +305,9 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         peak = check("--gpu", gpu_bandwidth, args.gpu)
     elif args.gpu_memory_bandwidth is not None:
         peak = check("--gpu-memory-bandwidth", parse_positive_number, args.gpu_memory_bandwidth)
+    link = None
+    if args.kv_link_bandwidth is not None:
+        link = check("--kv-link-bandwidth", parse_positive_number, args.kv_link_bandwidth)
     problems += _span_problems(args, interval, window, forecast_window)
     problems += _vllm_log_problems(args.vllm_log)
     sizes = {
@@ -328,6 +337,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         vllm_log=args.vllm_log,
         model_dir=args.model_dir,
         peak_bandwidth=peak,
+        kv_link_bandwidth=link,
         web_config_file=args.web_config_file,
         target_credentials=target_credentials(args),
         tensor_parallel=_int_or_none(sizes["--tensor-parallel-size"]),

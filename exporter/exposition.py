@@ -37,12 +37,18 @@ from vllm_glassbox.core.derive import (
     startup_stages,
     warm_request_prefill_seconds,
 )
+from vllm_glassbox.core.disagg_page import KvRole
 from vllm_glassbox.core.errors import ERROR_REASONS
 from vllm_glassbox.core.kv_trend import Growth, KvPool
 from vllm_glassbox.core.layout import ParallelLayout
 from vllm_glassbox.core.snapshot import RUNNING, EngineKey, Snapshot
 from vllm_glassbox.core.weights import Weights
 from vllm_glassbox.explain.diagnoses import explain
+from vllm_glassbox.exporter.disaggregation import (
+    adapter_families,
+    disaggregation_families,
+    role_of,
+)
 from vllm_glassbox.exporter.scene import scene_from_state
 
 
@@ -90,6 +96,10 @@ class PollState:
     # The weights of the model the log's latest start loaded (its load rate), "as_page":
     # those of `weights`.
     start_weights: Weights | Literal["as_page"] | None = "as_page"
+    # The KV role and connector the log's --kv-transfer-config states, and the peak of the
+    # link a consumer receives KV on (--kv-link-bandwidth, bytes/s).
+    kv_role_in_log: KvRole | None = None
+    kv_link_bandwidth: float | None = None
 
 
 def _engine_labels(key: EngineKey) -> list[str]:
@@ -273,6 +283,17 @@ def self_families(state: PollState) -> list[Metric]:
     return families
 
 
+def disaggregated_families(state: PollState) -> list[Metric]:
+    """The KV role, prompt tokens by source, KV transfers and adapters; empty while the
+    target is down."""
+    if not state.up or state.snapshot is None:
+        return []
+    role = role_of(state.snapshot, state.kv_role_in_log, state.vllm_version)
+    return disaggregation_families(
+        state.snapshot, state.increases, role, state.window_seconds, state.kv_link_bandwidth
+    ) + adapter_families(state.snapshot)
+
+
 def unrecognised_inputs(state: PollState) -> dict[tuple[str, str], str]:
     """Every shape of the inputs glassbox does not read, by (source, shape), with what
     shows it; the page's only while vLLM is up."""
@@ -339,6 +360,7 @@ def poll_families(state: PollState) -> list[Metric]:
         + startup_families(state)
         + kv_headroom_families(state)
         + first_request_families(state)
+        + disaggregated_families(state)
         + unrecognised_families(state)
     )
 

@@ -76,6 +76,7 @@ class ExporterConfig:
     vllm_log: str | None = None
     model_dir: str | None = None
     peak_bandwidth: float | None = None
+    kv_link_bandwidth: float | None = None  # of the link a KV consumer receives on, bytes/s
     web_config_file: str | None = None  # TLS and basic auth of our own endpoint
     target_credentials: TargetCredentials = field(default_factory=TargetCredentials)
     tensor_parallel: int | None = None  # flags; else vLLM's log says, else 1
@@ -372,6 +373,8 @@ class Poller:
             log_unrecognised=facts.unrecognised() if facts else {},
             target_shapes={SEVERAL_SERVERS: SEVERAL_SERVERS_SHOWN} if self.several_servers else {},
             kv_hybrid_in_log=facts.hybrid_kv if facts else False,
+            kv_role_in_log=facts.kv_role if facts else None,
+            kv_link_bandwidth=self.config.kv_link_bandwidth,
         )
         self._tell_unrecognised(unrecognised_inputs(state))
         # One reference swap: a scrape sees the previous publication or this one, whole.

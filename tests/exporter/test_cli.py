@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vllm_glassbox.core import series
+from vllm_glassbox.core import series, series_disagg
 from vllm_glassbox.core.errors import ERROR_REASONS, ScrapeError
 from vllm_glassbox.core.fetch import Fetched
 from vllm_glassbox.core.gpus import GPU_MEMORY_BANDWIDTH
@@ -520,6 +520,29 @@ def test_docs_table_of_windowed_series_matches_the_code(update_golden: bool) -> 
     assert table == _windowed_table(), "run pytest --update-golden to regenerate the table"
 
 
+DISAGG_BEGIN = "<!-- disaggregation-series: begin (generated) -->\n"
+DISAGG_END = "\n<!-- disaggregation-series: end -->"
+
+
+def _disaggregation_table() -> str:
+    rows = ["| series | labels | what |", "| --- | --- | --- |"]
+    rows += [
+        f"| `{family.name}` | {', '.join(family.labels)} | {family.help} |"
+        for family in series_disagg.ALL
+    ]
+    return "\n".join(rows)
+
+
+def test_docs_table_of_disaggregation_series_matches_the_code(update_golden: bool) -> None:
+    text = DOC.read_text()
+    head, rest = text.split(DISAGG_BEGIN)
+    table, tail = rest.split(DISAGG_END)
+    if update_golden:
+        DOC.write_text(head + DISAGG_BEGIN + _disaggregation_table() + DISAGG_END + tail)
+        return
+    assert table == _disaggregation_table(), "run pytest --update-golden to regenerate the table"
+
+
 def test_docs_name_every_flag() -> None:
     text = DOC.read_text()
     flags = [
@@ -528,7 +551,7 @@ def test_docs_name_every_flag() -> None:
         for flag in action.option_strings
         if flag.startswith("--") and flag != "--help"
     ]
-    assert len(flags) == 22
+    assert len(flags) == 23
     missing = [flag for flag in flags if f"| `{flag}" not in text]
     assert missing == []
 

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from prometheus_client.core import Metric
+from vllm_glassbox.core import disagg_page as kv
 from vllm_glassbox.core import series
 from vllm_glassbox.core import snapshot as s
 from vllm_glassbox.core.build import Build
@@ -46,7 +47,16 @@ def everything_known() -> PollState:
         s.REQUEST_PROMPT_COUNT: 1.0,
         s.REQUEST_OUTPUT_SUM: 10.0,
         s.REQUEST_OUTPUT_COUNT: 1.0,
+        kv.PROMPT_FROM + "local_compute": 2.0,
+        kv.PROMPT_FROM + "external_kv_transfer": 6.0,
+        kv.KV_TRANSFER_SECONDS: 1.0,
+        kv.KV_TRANSFERS: 2.0,
+        kv.KV_TRANSFER_BYTES: 5.0,  # over a link of 10 bytes/s: a utilization of 0.5
+        kv.KV_TRANSFER_FAILURES: 1.0,
+        kv.KV_TRANSFER_EXPIRED: 1.0,
     }
+    gauges = {s.KV_USAGE: 0.5, s.RUNNING: 2.0, s.AWAKE: 1.0, kv.KV_FETCH + "in_progress": 1.0}
+    gauges |= {kv.WAITING_FOR + "capacity": 1.0, kv.WAITING_FOR + "deferred": 1.0}
     start = ColdStart(
         starts=1,
         started_at=LogTime(1, 1, 0),
@@ -58,8 +68,10 @@ def everything_known() -> PollState:
         engine_init_seconds=10.0,
     )
     snapshot = Snapshot(
-        engines={key: EngineSample(counters, {s.KV_USAGE: 0.5, s.RUNNING: 2.0, s.AWAKE: 1.0})},
+        engines={key: EngineSample(counters, gauges)},
         cache={"0": CacheConfig(16, 8, 1, None, None, None)},
+        kv_connectors=("nixl",),
+        adapters=kv.Adapters(1, ("alpha",), ("beta",)),
     )
     return PollState(
         up=True,
@@ -83,6 +95,7 @@ def everything_known() -> PollState:
         used_tokens_growth={key: Growth(10.0, WINDOW_SECONDS)},
         kv_pools=kv_pools(snapshot, 128),
         log_unrecognised={"unknown_process_prefix": "(launcher job=1) INFO 01-01 00:00:00 …"},
+        kv_link_bandwidth=10.0,
     )
 
 
