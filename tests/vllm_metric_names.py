@@ -3,9 +3,9 @@
 Transcribed from the project's vLLM metrics reference (every minor release 0.10.2–0.33.0
 read from the published wheels/sdists; §2 inventory, §4 version matrix and additions).
 Only the families a glassbox rule or dashboard could reasonably use are listed;
-connector-specific families (NIXL, Mooncake, offloading, HF3FS, ...) are left out on
-purpose, so a query naming one of them fails the name check until someone adds it here
-with its version range.
+connector-specific families are left out on purpose (offloading, HF3FS, ...), so a query
+naming one of them fails the name check until someone adds it here with its version range;
+the transfer families of NIXL and Mooncake, which disaggregated serving reads, are here.
 
 "Shown" means exposed by default: hidden metrics (behind
 `--show-hidden-metrics-for-version`) do not count, since an operator cannot rely on them.
@@ -59,6 +59,9 @@ def _m(
 SPEC = "--speculative-config"
 KV_METRICS = "--kv-cache-metrics"
 MFU = "--enable-mfu-metrics"
+NIXL = "--kv-transfer-config with NixlConnector"
+MOONCAKE = "--kv-transfer-config with MooncakeConnector"
+KV_CONSUMER = "--kv-transfer-config with kv_role kv_consumer or kv_both"
 
 METRICS: tuple[VllmMetric, ...] = (
     # scheduler and KV cache (§2.2)
@@ -127,6 +130,18 @@ METRICS: tuple[VllmMetric, ...] = (
     _m("vllm:request_num_preemptions", "histogram", first="0.30.0"),
     _m("vllm:admission_rejections_total", "counter", first="0.32.0"),
     _m("vllm:prompt_tokens_cached_by_source_total", "counter", first="0.32.0"),
+    # disaggregated serving: a KV consumer's fetch stages, the connectors' transfers
+    # (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py, mooncake/stats.py)
+    _m("vllm:num_requests_kv_fetch_by_stage", "gauge", first="0.32.0", only_when=KV_CONSUMER),
+    _m("vllm:nixl_xfer_time_seconds", "histogram", first="0.11.1", only_when=NIXL),
+    _m("vllm:nixl_bytes_transferred", "histogram", first="0.11.1", only_when=NIXL),
+    _m("vllm:nixl_num_failed_transfers_total", "counter", first="0.11.1", only_when=NIXL),
+    _m("vllm:nixl_num_kv_expired_reqs_total", "counter", first="0.15.0", only_when=NIXL),
+    _m("vllm:mooncake_xfer_time_seconds", "histogram", first="0.33.0", only_when=MOONCAKE),
+    _m("vllm:mooncake_bytes_transferred", "histogram", first="0.33.0", only_when=MOONCAKE),
+    _m("vllm:mooncake_num_failed_transfers_total", "counter", first="0.33.0", only_when=MOONCAKE),
+    _m("vllm:mooncake_num_failed_recvs_total", "counter", first="0.33.0", only_when=MOONCAKE),
+    _m("vllm:mooncake_num_kv_expired_reqs_total", "counter", first="0.33.0", only_when=MOONCAKE),
 )
 
 BY_SAMPLE_NAME: dict[str, VllmMetric] = {s: m for m in METRICS for s in m.sample_names}

@@ -55,12 +55,12 @@ def test_the_consumers_exporter_reads_its_role_from_the_log_and_the_pairs_transf
     assert out[(share, (("source", "external_kv_transfer"),))] == 1.0  # 1,200 of 1,200
     assert out[(share, (("source", "local_compute"),))] == 0.0
     assert out[("glassbox_kv_consumer_local_prefill_tokens_per_second", ())] == 0.0
-    bandwidth = 3_145_728 / 0.039011  # Δ nixl_bytes_transferred_sum / Δ xfer_time sum
+    bandwidth = 3_145_728 / 0.164887  # Δ nixl_bytes_transferred_sum / Δ xfer_time sum
     assert out[("glassbox_kv_transfer_bandwidth_bytes_per_second", ())] == pytest.approx(bandwidth)
     assert out[("glassbox_kv_transfer_link_utilization_ratio", ())] == pytest.approx(
         bandwidth / 1.25e9
     )
-    assert out[("glassbox_kv_transfer_seconds", ())] == pytest.approx(0.039011 / 4)
+    assert out[("glassbox_kv_transfer_seconds", ())] == pytest.approx(0.164887 / 4)
     assert out[("glassbox_kv_transfer_failures_per_second", ())] == 0.0
 
 

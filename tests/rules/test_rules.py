@@ -34,7 +34,12 @@ from vllm_glassbox.exporter.service import ExporterConfig, Poller
 
 from tests.fixtures import LOGS
 from tests.fixtures import page as fixture_page
-from tests.vllm_metric_names import IN_EVERY_SUPPORTED_VERSION, sample_names_shown_in
+from tests.vllm_metric_names import (
+    BY_SAMPLE_NAME,
+    IN_EVERY_SUPPORTED_VERSION,
+    IN_SOME_SUPPORTED_VERSION,
+    sample_names_shown_in,
+)
 
 pytestmark = pytest.mark.prometheus
 
@@ -301,11 +306,44 @@ def test_vllm_name_list_knows_the_renames_the_rules_depend_on() -> None:
 WITH_FALLBACK = {"vllm:num_requests_waiting_by_reason": ("vllm:num_requests_waiting", (0, 20, 0))}
 
 
+#: The groups of disaggregated serving: they read what only a KV consumer, a connector
+#: or a release with prompt tokens by source (0.16+) shows, where a server without them is
+#: no pair to judge (no sample, no alert), so no fallback is needed.
+DISAGGREGATION_GROUPS = {"glassbox.vllm.disaggregation", "glassbox.vllm.disaggregation.alerts"}
+
+
+def _rules_of_groups(groups: set[str]) -> set[str]:
+    return {
+        rule.get("record") or rule["alert"]
+        for path in RULE_FILES
+        for group in yaml.safe_load(path.read_text())["groups"]
+        if group["name"] in groups
+        for rule in group["rules"]
+    }
+
+
 def test_vllm_series_named_by_the_rules_are_shown_by_every_supported_vllm() -> None:
-    named = {n for _, expr in rule_expressions() for n in selector_names(expr)}
+    disaggregation = _rules_of_groups(DISAGGREGATION_GROUPS)
+    named = {
+        n for name, expr in rule_expressions() if name not in disaggregation
+        for n in selector_names(expr)
+    }  # fmt: skip
     vllm = {n for n in named if n.startswith("vllm:")} - set(WITH_FALLBACK)
     assert vllm, "the rules name no vLLM series?"
     assert vllm <= IN_EVERY_SUPPORTED_VERSION, sorted(vllm - IN_EVERY_SUPPORTED_VERSION)
+
+
+def test_the_disaggregation_rules_name_series_some_vllm_shows_with_a_connector() -> None:
+    disaggregation = _rules_of_groups(DISAGGREGATION_GROUPS)
+    assert len(disaggregation) == 12
+    named = {
+        n for name, expr in rule_expressions() if name in disaggregation
+        for n in selector_names(expr)
+    }  # fmt: skip
+    vllm = {n for n in named if n.startswith("vllm:")}
+    assert vllm <= IN_SOME_SUPPORTED_VERSION, sorted(vllm - IN_SOME_SUPPORTED_VERSION)
+    connectors = {n for n in vllm if BY_SAMPLE_NAME[n].only_when}
+    assert {n.split("_")[0] for n in connectors} == {"vllm:nixl", "vllm:mooncake", "vllm:num"}
 
 
 @pytest.mark.parametrize("newer", sorted(WITH_FALLBACK))
