@@ -16,7 +16,7 @@ from typing import Any, cast
 from grafanalib._gen import write_dashboard
 from grafanalib.core import Dashboard
 
-MODULES = ("overview", "decode", "kv_cache", "spec_decode", "fleet", "slo")
+MODULES = ("overview", "decode", "kv_cache", "spec_decode", "fleet", "slo", "disaggregation")
 GENERATED_DIR = Path(__file__).resolve().parent / "generated"
 
 

@@ -14,6 +14,7 @@
   // Each dashboard of dashboards/generated/, by file name.
   dashboards: {
     'glassbox-decode.json': import 'dashboards/glassbox-decode.json',
+    'glassbox-disaggregation.json': import 'dashboards/glassbox-disaggregation.json',
     'glassbox-fleet.json': import 'dashboards/glassbox-fleet.json',
     'glassbox-kv-cache.json': import 'dashboards/glassbox-kv-cache.json',
     'glassbox-overview.json': import 'dashboards/glassbox-overview.json',

@@ -218,6 +218,25 @@ def _page(scale: float) -> str:
         f"vllm:request_prompt_tokens_count{{{e}}} {2 * (scale - 1)}",
         f"vllm:request_generation_tokens_sum{{{e}}} {100 * (scale - 1)}",
         f"vllm:request_generation_tokens_count{{{e}}} {2 * (scale - 1)}",
+        # A KV consumer joined by NIXL, with adapters (every disaggregation series).
+        *(
+            f'vllm:prompt_tokens_by_source_total{{{e},source="{source}"}} {n * scale}'
+            for source, n in (
+                ("local_compute", 5),
+                ("local_cache_hit", 5),
+                ("external_kv_transfer", 40),
+            )
+        ),
+        f'vllm:num_requests_kv_fetch_by_stage{{{e},stage="in_progress"}} 1',
+        f"vllm:nixl_xfer_time_seconds_sum{{{e}}} {0.1 * scale}",
+        f"vllm:nixl_xfer_time_seconds_count{{{e}}} {2 * scale}",
+        f"vllm:nixl_bytes_transferred_sum{{{e}}} {1e6 * scale}",
+        f"vllm:nixl_num_failed_transfers_total{{{e}}} {scale}",
+        f"vllm:nixl_num_kv_expired_reqs_total{{{e}}} {scale}",
+        f'vllm:num_requests_waiting_by_reason{{{e},reason="capacity"}} 0',
+        f'vllm:num_requests_waiting_by_reason{{{e},reason="deferred"}} 1',
+        'vllm:lora_requests_info{max_lora="1",running_lora_adapters="a",'
+        'waiting_lora_adapters="b"} 1700000000',
         f"vllm:num_requests_running{{{e}}} 2",
         f"vllm:num_requests_waiting{{{e}}} 1",
         f"vllm:kv_cache_usage_perc{{{e}}} {min(0.25 * scale, 1.0)}",  # the pool fills
@@ -258,6 +277,7 @@ def _exporter_families(tmp_path: Path) -> dict[str, str]:
             target=f"http://127.0.0.1:{server.server_address[1]}",
             weights_bytes=1e9,
             peak_bandwidth=1e12,
+            kv_link_bandwidth=1e9,
             vllm_log=str(log),
             interval_seconds=1.0,
         )
@@ -297,6 +317,8 @@ def _rules(key: str) -> set[str]:
 VERSION_SPECIFIC = {
     "vllm:num_requests_waiting_by_reason": "v0.20+; the same panel shows "
     "vllm:num_requests_waiting, which every version has",
+    "vllm:num_requests_kv_fetch_by_stage": "v0.32+, only on a KV consumer; the prefill/"
+    "decode row is empty without disaggregation",
 }
 
 
@@ -321,6 +343,7 @@ def test_uids_are_fixed_unique_and_name_the_files() -> None:
         "glassbox-spec-decode",
         "glassbox-fleet",
         "glassbox-slo",
+        "glassbox-disaggregation",
     ]
     assert all(len(uid) <= 40 for uid in uids)  # Grafana's limit
     assert sorted(p.stem for p in catalog.GENERATED_DIR.glob("*.json")) == sorted(uids)
