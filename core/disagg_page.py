@@ -120,31 +120,36 @@ def foreign_connector_names(samples: Samples) -> list[str]:
 @dataclass(frozen=True)
 class Adapters:
     """`vllm:lora_requests_info`'s latest series: the adapter budget (`--max-loras`) and the
-    adapters of the running and of the waiting requests when the engine last said."""
+    adapters with requests in flight.
+
+    Its two labels cannot be told apart on every release: vLLM 0.32's front end keeps
+    every adapter with a request in flight in both `running_lora_adapters` and
+    `waiting_lora_adapters`, its count of 0 included (`LoRARequestStates` in
+    vllm/v1/metrics/stats.py; the logger joins the keys), where older releases named an
+    adapter only where it had requests. Their union is what every release says alike;
+    how many requests wait for the budget is `num_requests_waiting_by_reason{deferred}`."""
 
     max_loras: int | None
-    running: tuple[str, ...]
-    waiting: tuple[str, ...]
+    active: tuple[str, ...]
 
 
-def _names(joined: str) -> tuple[str, ...]:
-    return tuple(name for name in joined.split(",") if name)
+def _names(joined: str) -> list[str]:
+    return [name for name in joined.split(",") if name]
 
 
 def adapters_of(samples: Samples) -> Adapters | None:
     """vLLM sets the gauge to the time of each update, on a series of that update's
     adapters; the series of earlier updates stay on the page with older times. The newest
-    is the state; None without `--enable-lora`."""
+    is the state; None without `--enable-lora` or before its first update."""
     series = samples.get(_LORA)
     if not series:
         return None
     labels, _ = max(series.items(), key=lambda item: item[1] if math.isfinite(item[1]) else -1)
     d = dict(labels)
     raw = d.get("max_lora", "")
+    named = _names(d.get("running_lora_adapters", "")) + _names(d.get("waiting_lora_adapters", ""))
     return Adapters(
-        max_loras=int(raw) if raw.isdigit() else None,
-        running=_names(d.get("running_lora_adapters", "")),
-        waiting=_names(d.get("waiting_lora_adapters", "")),
+        max_loras=int(raw) if raw.isdigit() else None, active=tuple(dict.fromkeys(named))
     )
 
 

@@ -104,10 +104,11 @@ TRANSFERS: tuple[TransferSeries, ...] = (
     ),
 )
 ADAPTERS = gauge(
-    "glassbox_lora_adapters",
-    "Adapters of the running and of the waiting requests (state: running, waiting), as "
-    "vLLM's latest vllm:lora_requests_info names them (--enable-lora).",
-    ("model_name", "state"),
+    "glassbox_lora_adapters_active",
+    "Adapters with requests in flight, as vLLM's latest vllm:lora_requests_info names "
+    "them (--enable-lora): its running and waiting labels together (vLLM 0.32 lists every "
+    "adapter in flight in both, so glassbox does not tell them apart).",
+    ("model_name",),
 )
 ADAPTER_BUDGET = gauge(
     "glassbox_lora_max_adapters",

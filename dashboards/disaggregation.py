@@ -72,7 +72,7 @@ FAILURES_PAIR = pair("namespace_model_name:vllm_kv_transfer_failures:rate5m")
 EXPIRATIONS = exporter("glassbox_kv_transfer_expirations_per_second")
 EXPIRATIONS_PAIR = pair("namespace_model_name:vllm_kv_transfer_expirations:rate5m")
 FETCH_STAGES = f"sum by (model_name, stage) (vllm:num_requests_kv_fetch_by_stage{{{ENGINE}}})"
-ADAPTERS = f"sum by (model_name, state) (glassbox_lora_adapters{{{MODEL}}})"
+ADAPTERS = f"max by (model_name) (glassbox_lora_adapters_active{{{MODEL}}})"
 ADAPTER_BUDGET = f"max by (model_name) (glassbox_lora_max_adapters{{{MODEL}}})"
 WAITING_BY_REASON = f"sum by (model_name, reason) (vllm:num_requests_waiting_by_reason{{{ENGINE}}})"
 DEFERRED_SHARE = exporter("glassbox_waiting_deferred_ratio")
@@ -209,12 +209,12 @@ def fetch_stages() -> Panel:
 
 def adapters() -> Panel:
     return timeseries(
-        "LoRA adapters running and waiting",
-        help_of("glassbox_lora_adapters")
+        "LoRA adapters in flight",
+        help_of("glassbox_lora_adapters_active")
         + " Dashed: "
         + help_of("glassbox_lora_max_adapters")
         + NO_LORA,
-        [Q(ADAPTERS, "{{state}} {{model_name}}"), fleet_q(ADAPTER_BUDGET, "budget {{model_name}}")],
+        [Q(ADAPTERS, "in flight {{model_name}}"), fleet_q(ADAPTER_BUDGET, "budget {{model_name}}")],
         NUMBER,
     )
 
@@ -249,7 +249,7 @@ dashboard = _dashboard(
     title="vLLM glassbox / Prefill, decode and adapters",
     description="Disaggregated serving (servers by KV role, prompt tokens by source, KV "
     "transfer bandwidth, failures and expirations, the consumers' fetch stages) and LoRA "
-    "adapters (running and waiting, the adapter budget, deferred waits, queue time).",
+    "adapters (in flight against the adapter budget, deferred waits, queue time).",
     rows=[
         Row("Lab phases", [(p.lab_phase(), 24)], height=4),
         Row(

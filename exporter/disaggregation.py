@@ -52,13 +52,12 @@ def disaggregation_families(
 
 
 def adapter_families(snapshot: Snapshot) -> list[Metric]:
-    """The adapters vLLM last named, its adapter budget, and the deferred share of the
-    waits of each engine."""
+    """How many adapters have requests in flight, the adapter budget, and the deferred
+    share of the waits of each engine."""
     adapters, budget = families.ADAPTERS.new(), families.ADAPTER_BUDGET.new()
     model = next(iter(snapshot.engines)).model_name if snapshot.engines else ""
     if snapshot.adapters is not None:
-        adapters.add_metric([model, "running"], float(len(snapshot.adapters.running)))
-        adapters.add_metric([model, "waiting"], float(len(snapshot.adapters.waiting)))
+        adapters.add_metric([model], float(len(snapshot.adapters.active)))
         _add(budget, [model], snapshot.adapters.max_loras)
     deferred = families.DEFERRED_SHARE.new()
     for key, sample in sorted(snapshot.engines.items()):

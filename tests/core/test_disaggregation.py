@@ -16,7 +16,7 @@ from vllm_glassbox.core import snapshot as s
 from vllm_glassbox.core.derive import Increase, increase_between
 from vllm_glassbox.core.snapshot import read_snapshot
 
-from tests.fixtures import log, page
+from tests.fixtures import built_mooncake_page, built_mooncake_store_page, log, page
 
 DIR = "cpu-0.32-disagg/"
 WINDOW = 60.0
@@ -162,3 +162,37 @@ def test_a_failed_handshake_is_counted_and_expired_kv_on_the_producer_too() -> N
     expired = between("nixl-producer-after-misrouted.txt", "nixl-producer-after-expiry.txt")
     assert expired[kv.KV_TRANSFER_EXPIRED] == 2
     assert derive.kv_transfer_expirations_per_second(expired) == pytest.approx(2 / WINDOW)
+
+
+# --- pages built from vLLM's source (no build here runs them) ---------------------------
+
+
+def test_mooncakes_families_give_the_same_transfers_as_nixls() -> None:
+    before = read_snapshot(built_mooncake_page(page(DIR + "nixl-consumer-idle.txt")))
+    after = read_snapshot(built_mooncake_page(page(DIR + "nixl-consumer-after-pair.txt")))
+    assert after.kv_connectors == ("mooncake",)
+    key = next(iter(after.engines))
+    d = increase_between(before.engines[key].counters, after.engines[key].counters, WINDOW)
+    assert derive.kv_transfer_bandwidth(d) == pytest.approx(3_145_728 / 0.164887)
+    assert d[kv.KV_TRANSFER_FAILURES] == 0  # failed transfers and receives, summed
+
+
+def test_a_consumer_whose_transfers_glassbox_does_not_read_is_flagged_not_guessed() -> None:
+    store = read_snapshot(built_mooncake_store_page(page(DIR + "nixl-consumer-after-pair.txt")))
+    assert store.kv_connectors == ()
+    assert set(store.unrecognised) == {"kv_transfer_families_not_read"}
+    assert (
+        "vllm:mooncake_store_operation_bytes_total"
+        in store.unrecognised["kv_transfer_families_not_read"]
+    )
+    (engine,) = store.engines.values()
+    assert kv.KV_TRANSFER_BYTES not in engine.counters  # not read from the store's bytes
+
+
+def test_a_consumer_page_without_any_transfer_family_says_so() -> None:
+    # ExampleConnector (captured) exports none: its consumer's fetch stages alone.
+    snap = read_snapshot(page(DIR + "example-consumer-after-pair.txt"))
+    assert snap.kv_connectors == ()
+    assert set(snap.unrecognised) == {"kv_consumer_without_transfer_families"}
+    # A producer of it (no fetch stages) shows nothing to flag: no role on the page.
+    assert read_snapshot(page(DIR + "example-producer-after-pair.txt")).unrecognised == {}

@@ -109,4 +109,31 @@ def test_a_plain_server_is_of_no_role_and_has_no_transfer_series() -> None:
     role = 'connector="",model_name="tiny",role="none",source="page"'
     assert f"glassbox_kv_transfer_role_info{{{role}}} 1.0" in text
     assert "glassbox_kv_transfer_bandwidth_bytes_per_second{" not in text
-    assert "glassbox_lora_adapters{" not in text
+    assert "glassbox_lora_adapters_active{" not in text
+
+
+def test_an_example_connector_consumer_has_shares_and_is_flagged_without_transfers() -> None:
+    # ExampleConnector exports no transfer family: the consumer loaded the 2 whole blocks
+    # (256 tokens) of each 300-token prompt and computed the 44 after them.
+    out = published(["example-consumer-idle.txt", "example-consumer-after-pair.txt"])
+    share = "glassbox_prompt_tokens_source_ratio"
+    assert out[(share, (("source", "external_kv_transfer"),))] == pytest.approx(1024 / 1200)
+    assert out[(share, (("source", "local_compute"),))] == pytest.approx(176 / 1200)
+    flagged = (
+        "glassbox_input_unrecognised",
+        (("shape", "kv_consumer_without_transfer_families"), ("source", "page")),
+    )
+    assert out[flagged] == 1.0
+    assert ("glassbox_kv_transfer_bandwidth_bytes_per_second", ()) not in out
+
+
+def test_adapters_in_flight_the_budget_and_the_deferred_waits() -> None:
+    # One adapter at a time (--max-loras 1); three requests of the second deferred.
+    out = published(["lora-idle.txt", "lora-deferred.txt"])
+    assert out[("glassbox_lora_max_adapters", ())] == 1.0
+    assert out[("glassbox_lora_adapters_active", ())] == 1.0  # the page names alpha only
+    assert out[("glassbox_waiting_deferred_ratio", ())] == 1.0  # 3 deferred of 3 waiting
+    after = published(["lora-deferred.txt", "lora-after.txt"])
+    # The newest of the page's three lora_requests_info series: no adapter in flight.
+    assert after[("glassbox_lora_adapters_active", ())] == 0.0
+    assert ("glassbox_waiting_deferred_ratio", ()) not in after  # none waits: absent

@@ -71,7 +71,7 @@ def everything_known() -> PollState:
         engines={key: EngineSample(counters, gauges)},
         cache={"0": CacheConfig(16, 8, 1, None, None, None)},
         kv_connectors=("nixl",),
-        adapters=kv.Adapters(1, ("alpha",), ("beta",)),
+        adapters=kv.Adapters(1, ("alpha", "beta")),
     )
     return PollState(
         up=True,
