@@ -156,6 +156,15 @@ class Scene:
     kv_exhaustion: Reading | None = None  # seconds until the first engine's pool is full
     # Speculative decoding: configured when vLLM shows its counters.
     spec_configured: bool = False
+    # Disaggregated serving: the server's KV role (producer, consumer, both, none, unknown;
+    # None: not read), its connector and where they were read; the link's peak (bytes/s).
+    kv_role: str | None = None
+    kv_connector: str | None = None
+    kv_role_source: str | None = None
+    kv_link_bandwidth: Reading | None = None
+    # Adapters (--enable-lora): how many have requests in flight, and the budget.
+    adapters_active: Reading | None = None
+    adapter_budget: Reading | None = None
     # The latest start of vLLM, by stage (derive.STARTUP_STAGES) and "total", seconds.
     startup: Mapping[str, Reading] = field(default_factory=dict)
     # Service-level objectives of this model (their rules' records, docs/slo.md).
@@ -210,6 +219,9 @@ def scene_to_json(scene: Scene) -> JSON:
         "vllm_version": scene.vllm_version,
         "kv_memory_fixed": scene.kv_memory_fixed,
         "spec_configured": scene.spec_configured,
+        "kv_role": scene.kv_role,
+        "kv_connector": scene.kv_connector,
+        "kv_role_source": scene.kv_role_source,
         "startup": {stage: _reading_json(r) for stage, r in scene.startup.items()},
         "blind": [vars(b).copy() for b in scene.blind],
     }
@@ -279,6 +291,9 @@ def scene_from_json(data: Mapping[str, Any]) -> Scene:
         vllm_version=data.get("vllm_version"),
         kv_memory_fixed=bool(data.get("kv_memory_fixed", False)),
         spec_configured=bool(data.get("spec_configured", False)),
+        kv_role=data.get("kv_role"),
+        kv_connector=data.get("kv_connector"),
+        kv_role_source=data.get("kv_role_source"),
         startup={
             stage: r
             for stage, raw in dict(data.get("startup", {})).items()

@@ -11,16 +11,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from vllm_glassbox.core import derive, series
+from vllm_glassbox.core import derive, series, series_disagg
+from vllm_glassbox.core import disagg_page as kv
 from vllm_glassbox.core import snapshot as s
-from vllm_glassbox.core.snapshot import EngineKey, EngineSample, first_cache
+from vllm_glassbox.core.snapshot import EngineKey, EngineSample, Snapshot, first_cache
 from vllm_glassbox.explain.scene import Blind, Reading, Scene, Scope, Window
+from vllm_glassbox.exporter.disaggregation import role_of
 
 if TYPE_CHECKING:  # exposition builds its findings from here
     from vllm_glassbox.exporter.exposition import PollState
 
 #: Polls that failed for these reasons are failures; "slow" polls were read, late.
 _NOT_FAILED = ("slow",)
+_REASONS = (kv.WAITING_FOR + "capacity", kv.WAITING_FOR + "deferred")
+_BY_REASON = "vllm:num_requests_waiting_by_reason"
 
 
 def _values(reading: Mapping[Any, float], source: str, pick: str) -> Reading | None:
@@ -99,6 +103,7 @@ def scene_from_state(
         spec_configured=spec,
         startup=_startup(state),
         blind=blind,
+        **_disaggregated(state, snapshot, gauge),
     )
 
 
@@ -110,7 +115,39 @@ def _gauges(engines: Mapping[EngineKey, EngineSample]) -> dict[str, dict[EngineK
     """The gauges of the queue and the pool, as of the latest poll, by engine."""
     return {
         name: {k: e.gauges[name] for k, e in engines.items() if name in e.gauges}
-        for name in (s.KV_USAGE, s.RUNNING, s.WAITING)
+        for name in (s.KV_USAGE, s.RUNNING, s.WAITING, *_REASONS)
+    }
+
+
+def _disaggregated(
+    state: PollState, snapshot: Snapshot, gauge: Mapping[str, Mapping[EngineKey, float]]
+) -> dict[str, Any]:
+    """What the disaggregation and adapters diagnoses read: the waits by reason, the KV
+    role (the log's, else the page's), the link's peak, the adapters."""
+    role = role_of(snapshot, state.kv_role_in_log, state.vllm_version)
+    adapters = snapshot.adapters
+    return {
+        "waiting_capacity_peak": _values(
+            gauge[kv.WAITING_FOR + "capacity"],
+            f'{_BY_REASON}{{reason="capacity"}} (now, the longest queue)',
+            "max",
+        ),
+        "waiting_deferred_peak": _values(
+            gauge[kv.WAITING_FOR + "deferred"],
+            f'{_BY_REASON}{{reason="deferred"}} (now, the longest queue)',
+            "max",
+        ),
+        "kv_role": role.role,
+        "kv_connector": role.connector or None,
+        "kv_role_source": f"{series_disagg.ROLE_INFO.name} (from vLLM's {role.source})",
+        "kv_link_bandwidth": _reading(state.kv_link_bandwidth, "--kv-link-bandwidth"),
+        "adapters_active": _reading(
+            None if adapters is None else float(len(adapters.active)), series_disagg.ADAPTERS.name
+        ),
+        "adapter_budget": _reading(
+            None if adapters is None or adapters.max_loras is None else float(adapters.max_loras),
+            series_disagg.ADAPTER_BUDGET.name,
+        ),
     }
 
 
