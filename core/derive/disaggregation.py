@@ -121,9 +121,11 @@ def prefill_seconds_on_local_tokens(d: Increase) -> float | None:
     """Seconds of request prefill per second of the window spent on prompt tokens this
     server computed itself: Δ prefill seconds × the locally computed share / window.
     What a consumer would hand to its producers if its transfers worked (its remaining
-    prefill: the tokens after the last whole block, and waiting for the KV)."""
+    prefill: the tokens after the last whole block, and waiting for the KV). Absent over a
+    window with a failed transfer: vLLM 0.32 adds a prefill time no request had for the
+    request whose KV load failed (3,048.5 s for one, on the CPU build's NIXL pair)."""
     share = prompt_token_share(d, "local_compute")
-    if share is None or not d.has(s.PREFILL_SUM):
+    if share is None or not d.has(s.PREFILL_SUM) or d[kv.KV_TRANSFER_FAILURES] > 0:
         return None
     return ratio(d[s.PREFILL_SUM] * share, d.seconds)
 

@@ -196,3 +196,11 @@ def test_a_consumer_page_without_any_transfer_family_says_so() -> None:
     assert set(snap.unrecognised) == {"kv_consumer_without_transfer_families"}
     # A producer of it (no fetch stages) shows nothing to flag: no role on the page.
     assert read_snapshot(page(DIR + "example-producer-after-pair.txt")).unrecognised == {}
+
+
+def test_no_prefill_saving_is_computed_over_a_window_with_a_failed_load() -> None:
+    # The failed request's prefill time grew the sum by 3,048.5 s: not a prefill time.
+    d = between("nixl-consumer-after-pair.txt", "nixl-consumer-after-failure.txt")
+    assert d[s.PREFILL_SUM] > 3000
+    assert derive.prompt_token_source_shares(d)["local_compute"] == 1.0  # the 3 misrouted
+    assert derive.prefill_seconds_on_local_tokens(d) is None
