@@ -52,7 +52,7 @@ from vllm_glassbox.core.derive.bandwidth import (
     weights_from_log,
 )
 from vllm_glassbox.core.derive.disaggregation import (
-    adapter_slots_free,
+    adapters_over_budget,
     deferred_share_of_waiting,
     kv_transfer_bandwidth,
     kv_transfer_bandwidth_needed,
@@ -60,6 +60,7 @@ from vllm_glassbox.core.derive.disaggregation import (
     kv_transfer_bytes_per_token,
     kv_transfer_decode_steps,
     kv_transfer_expirations_per_second,
+    kv_transfer_failure_ratio,
     kv_transfer_failures_per_second,
     kv_transfer_link_utilization,
     kv_transfer_seconds,
@@ -161,7 +162,7 @@ __all__ = [
     "StartupStages",
     "active_weights",
     "active_weights_of",
-    "adapter_slots_free",
+    "adapters_over_budget",
     "burn_rate",
     "counter_increase",
     "counters_restarted",
@@ -203,6 +204,7 @@ __all__ = [
     "kv_transfer_bytes_per_token",
     "kv_transfer_decode_steps",
     "kv_transfer_expirations_per_second",
+    "kv_transfer_failure_ratio",
     "kv_transfer_failures_per_second",
     "kv_transfer_link_utilization",
     "kv_transfer_seconds",

@@ -90,6 +90,15 @@ def kv_transfer_failures_per_second(d: Increase) -> float | None:
     return ratio(d[name], d.seconds) if d.has(name) else None
 
 
+def kv_transfer_failure_ratio(d: Increase) -> float | None:
+    """The share of transfers that failed: Δ failures / (Δ failures + Δ transfers that
+    succeeded), as VLLMKVTransferFailures counts it."""
+    failures = d[kv.KV_TRANSFER_FAILURES]
+    return (
+        ratio(failures, failures + d[kv.KV_TRANSFERS]) if d.has(kv.KV_TRANSFER_FAILURES) else None
+    )
+
+
 def kv_transfer_expirations_per_second(d: Increase) -> float | None:
     """Requests per second whose KV expired on the producer before a consumer fetched it
     (its lease ran out): Δ expired / window."""
@@ -166,9 +175,9 @@ def queue_seconds_deferred(d: Increase, deferred_share: float | None) -> float |
     return mean * deferred_share
 
 
-def adapter_slots_free(max_loras: int | None, running: int) -> int | None:
-    """Adapters the engine can still take into a batch: `--max-loras` less the adapters of
-    the running requests (0 when every slot is used and others wait)."""
-    if max_loras is None:
+def adapters_over_budget(active: float | None, max_loras: float | None) -> float | None:
+    """Adapters in flight beyond what one batch may hold (`--max-loras`): their requests
+    wait, deferred, until a slot frees; 0 within the budget."""
+    if active is None or max_loras is None:
         return None
-    return max(max_loras - running, 0)
+    return max(active - max_loras, 0.0)

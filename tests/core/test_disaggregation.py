@@ -204,3 +204,35 @@ def test_no_prefill_saving_is_computed_over_a_window_with_a_failed_load() -> Non
     assert d[s.PREFILL_SUM] > 3000
     assert derive.prompt_token_source_shares(d)["local_compute"] == 1.0  # the 3 misrouted
     assert derive.prefill_seconds_on_local_tokens(d) is None
+
+
+def test_the_failure_ratio_counts_failures_among_all_transfers_tried() -> None:
+    # After the pair: 4 transfers, 0 failed; then 1 failed handshake and no transfer.
+    assert (
+        derive.kv_transfer_failure_ratio(
+            between("nixl-consumer-idle.txt", "nixl-consumer-after-pair.txt")
+        )
+        == 0.0
+    )
+    d = between("nixl-consumer-idle.txt", "nixl-consumer-after-failure.txt")
+    assert derive.kv_transfer_failure_ratio(d) == pytest.approx(1 / (1 + 4))
+    assert derive.kv_transfer_failure_ratio(Increase({}, WINDOW)) is None  # no connector
+
+
+def test_adapters_beyond_the_budget_wait() -> None:
+    assert derive.adapters_over_budget(2.0, 1.0) == 1.0
+    assert derive.adapters_over_budget(1.0, 4.0) == 0.0
+    assert derive.adapters_over_budget(None, 1.0) is None
+    # The captured deferred page: 3 of 3 waiting requests deferred, none for capacity.
+    assert derive.deferred_share_of_waiting(3.0, 3.0) == 1.0
+    assert derive.deferred_share_of_waiting(0.0, 0.0) is None  # none waits
+
+
+def test_the_queue_time_the_deferred_waits_account_for() -> None:
+    # Six requests of two adapters at once, --max-loras 1: 84.79 s of queue in all, 14.13 s
+    # each on average; at the deferred page every waiting request was deferred.
+    d = between("lora-idle.txt", "lora-after.txt")
+    assert derive.mean_queue_seconds(d) == pytest.approx(84.78842819699958 / 6)
+    share = derive.deferred_share_of_waiting(3.0, 3.0)
+    assert derive.queue_seconds_deferred(d, share) == pytest.approx(84.78842819699958 / 6)
+    assert derive.queue_seconds_deferred(d, None) is None
