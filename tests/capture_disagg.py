@@ -95,7 +95,7 @@ class Server:
         return r.text
 
 
-def _kv_config(connector: str, role: str, extra: dict[str, Any]) -> str:
+def kv_config(connector: str, role: str, extra: dict[str, Any]) -> str:
     config: dict[str, Any] = {"kv_connector": connector, "kv_role": role}
     if connector == "NixlConnector":
         config["kv_buffer_device"] = "cpu"
@@ -104,7 +104,7 @@ def _kv_config(connector: str, role: str, extra: dict[str, Any]) -> str:
     return json.dumps(config, separators=(",", ":"))
 
 
-def _start(
+def start_server(
     name: str, model_dir: Path, kv_config: str, workdir: Path, env: dict[str, str]
 ) -> Server:
     flags = [
@@ -177,18 +177,18 @@ def capture_nixl(model_dir: Path, workdir: Path, header: list[str], site: Path) 
     ucx = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo", "PYTHONPATH": pythonpath}
     p_port, d_port = free_port(), free_port()
     lease = {"kv_lease_duration": LEASE_SECONDS}
-    producer = _start(
+    producer = start_server(
         "nixl-producer",
         model_dir,
-        _kv_config("NixlConnector", "kv_producer", lease),
+        kv_config("NixlConnector", "kv_producer", lease),
         workdir,
         cpu_env("0", {**ucx, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(p_port)}),
     )
     try:
-        consumer = _start(
+        consumer = start_server(
             "nixl-consumer",
             model_dir,
-            _kv_config("NixlConnector", "kv_consumer", {}),
+            kv_config("NixlConnector", "kv_consumer", {}),
             workdir,
             cpu_env("1", {**ucx, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(d_port)}),
         )
@@ -254,7 +254,7 @@ def capture_nixl(model_dir: Path, workdir: Path, header: list[str], site: Path) 
         producer.process.stop()
 
 
-_REMOTE_DECODE = {
+REMOTE_DECODE = {
     "do_remote_decode": True,
     "do_remote_prefill": False,
     "remote_engine_id": None,
@@ -283,7 +283,7 @@ def capture_nixl_failures(producer: Server, consumer: Server, header: list[str])
     """KV the consumer never fetches (it expires on the producer after its lease), and a
     fetch from a producer that is not there (the consumer's handshake fails)."""
     for n in range(REQUESTS + MISROUTED, REQUESTS + MISROUTED + ORPHANED):
-        complete(producer.process.url, prompt_ids(n), 1, kv_transfer_params=_REMOTE_DECODE)
+        complete(producer.process.url, prompt_ids(n), 1, kv_transfer_params=REMOTE_DECODE)
         producer.sent.append(_note(n, 1, ", do_remote_decode, never fetched"))
     expired = "vllm:nixl_num_kv_expired_reqs_total"
     if not _wait_counter(producer, expired, ORPHANED, LEASE_SECONDS * 10):
@@ -296,7 +296,7 @@ def capture_nixl_failures(producer: Server, consumer: Server, header: list[str])
         f"KV lease ({LEASE_SECONDS} s) run out",
     )
     n = REQUESTS + MISROUTED + ORPHANED
-    prefill = complete(producer.process.url, prompt_ids(n), 1, kv_transfer_params=_REMOTE_DECODE)
+    prefill = complete(producer.process.url, prompt_ids(n), 1, kv_transfer_params=REMOTE_DECODE)
     producer.sent.append(_note(n, 1, ", do_remote_decode"))
     params = {
         **prefill["kv_transfer_params"],
@@ -334,18 +334,18 @@ def capture_example(model_dir: Path, workdir: Path, header: list[str]) -> None:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
     path = {"shared_storage_path": str(shared)}
-    producer = _start(
+    producer = start_server(
         "example-producer",
         model_dir,
-        _kv_config("ExampleConnector", "kv_producer", path),
+        kv_config("ExampleConnector", "kv_producer", path),
         workdir,
         cpu_env("0"),
     )
     try:
-        consumer = _start(
+        consumer = start_server(
             "example-consumer",
             model_dir,
-            _kv_config("ExampleConnector", "kv_consumer", path),
+            kv_config("ExampleConnector", "kv_consumer", path),
             workdir,
             cpu_env("1"),
         )
@@ -374,10 +374,10 @@ def capture_example(model_dir: Path, workdir: Path, header: list[str]) -> None:
             consumer.process.stop()
     finally:
         producer.process.stop()
-    misplaced = _start(
+    misplaced = start_server(
         "example-consumer-elsewhere",
         model_dir,
-        _kv_config("ExampleConnector", "kv_consumer", {"shared_storage_path": str(elsewhere)}),
+        kv_config("ExampleConnector", "kv_consumer", {"shared_storage_path": str(elsewhere)}),
         workdir,
         cpu_env("1"),
     )
