@@ -472,7 +472,11 @@ def test_exporter_mode_renders_one_exporter_per_target() -> None:
     args = container_named(b["spec"]["template"]["spec"], "glassbox")["args"]
     assert args[0] == "--target=http://vllm-b.inference.svc:8000"
     assert "--gpu=A100-80GB" in args and "--weights-bytes=15.2e9" in args
+    assert "--kv-link-bandwidth=50e9" in args
     assert not any(a.startswith("--vllm-log") for a in args)
+    a = deployments["demo-vllm-glassbox-glassbox-qwen-a"]
+    args_a = container_named(a["spec"]["template"]["spec"], "glassbox")["args"]
+    assert not any(arg.startswith("--kv-link-bandwidth") for arg in args_a)
 
 
 def test_the_network_policy_admits_prometheus_to_the_exporter_and_clients_to_vllm() -> None:

@@ -189,6 +189,7 @@ EXPORTER-SECRETS), the last from vllm-glassbox.exporterSecrets.
 {{- if $gpu }}{{ $args = append $args (printf "--gpu=%s" $gpu) }}
 {{- else if $bandwidth }}{{ $args = append $args (printf "--gpu-memory-bandwidth=%s" (include "vllm-glassbox.scalar" $bandwidth)) }}
 {{- end }}
+{{- with (default $e.kvLinkBandwidth $t.kvLinkBandwidth) }}{{ $args = append $args (printf "--kv-link-bandwidth=%s" (include "vllm-glassbox.scalar" .)) }}{{ end }}
 {{- range (concat .secrets.args $e.extraArgs (default list $t.extraArgs)) }}{{ $args = append $args . }}{{ end }}
 {{- toJson $args }}
 {{- end }}
