@@ -42,6 +42,10 @@ ROLE_INFO = gauge(
     "--kv-transfer-config of the non-default args line) or page.",
     ("model_name", "role", "connector", "source"),
 )
+LINK_BANDWIDTH = gauge(
+    "glassbox_kv_link_bandwidth_bytes_per_second",
+    "Peak bandwidth of the link a KV consumer receives KV on, as given by --kv-link-bandwidth.",
+)
 SOURCE_SHARE = Family(
     "glassbox_prompt_tokens_source_ratio",
     "gauge",
@@ -126,6 +130,7 @@ DEFERRED_SHARE = gauge(
 
 ALL: tuple[Family, ...] = (
     ROLE_INFO,
+    LINK_BANDWIDTH,
     SOURCE_SHARE,
     CONSUMER_PREFILL,
     *TRANSFERS,

@@ -48,7 +48,9 @@ def disaggregation_families(
             _add(prefill, labels, families.CONSUMER_PREFILL.compute(d, link_peak))
         for series, family in transfers:
             _add(family, labels, series.compute(d, link_peak))
-    return [info, shares, prefill, *(family for _, family in transfers)]
+    link = families.LINK_BANDWIDTH.new()
+    _add(link, [], link_peak)
+    return [info, link, shares, prefill, *(family for _, family in transfers)]
 
 
 def adapter_families(snapshot: Snapshot) -> list[Metric]:

@@ -139,7 +139,7 @@ def _disaggregated(
         ),
         "kv_role": role.role,
         "kv_connector": role.connector or None,
-        "kv_role_source": f"{series_disagg.ROLE_INFO.name} (from vLLM's {role.source})",
+        "kv_role_source": f'{series_disagg.ROLE_INFO.name}{{source="{role.source}"}}',
         "kv_link_bandwidth": _reading(state.kv_link_bandwidth, "--kv-link-bandwidth"),
         "adapters_active": _reading(
             None if adapters is None else float(len(adapters.active)), series_disagg.ADAPTERS.name

