@@ -108,9 +108,9 @@ INPUT_UNRECOGNISED = gauge(
 FINDING_INFO = gauge(
     "glassbox_finding_info",
     "1 for each finding of glassbox explain's diagnoses over the window (diagnosis: "
-    "glassbox, idle, kv_pool, speculation, decode, cold_start; finding: its outcome, "
-    "such as preemption_storm or bypassed; severity: critical, warning, info, ok); the "
-    "findings in words, with their numbers, at /findings.",
+    "glassbox, idle, kv_pool, speculation, decode, disaggregation, adapters, cold_start; "
+    "finding: its outcome, such as preemption_storm or bypassed; severity: critical, "
+    "warning, info, ok); the findings in words, with their numbers, at /findings.",
     ("model_name", "diagnosis", "finding", "severity"),
 )
 WEB_CONFIG_RELOAD = gauge(

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from vllm_glassbox.explain.diagnoses import (
+    adapters,
     cold_start,
     decode,
+    disaggregation,
     glassbox,
     idle,
     kv_pool,
@@ -29,6 +31,8 @@ DIAGNOSES: tuple[Diagnosis, ...] = (
     untrusted(kv_pool.kv_pool, kv_pool.UNTRUSTED),
     untrusted(speculation.speculation, speculation.UNTRUSTED),
     untrusted(decode.decode, decode.UNTRUSTED),
+    untrusted(disaggregation.disaggregation, disaggregation.UNTRUSTED),
+    adapters.adapters,
     cold_start.cold_start,
 )
 
