@@ -238,7 +238,9 @@ def queue_time() -> Panel:
         "Mean queue time",
         "Mean seconds the requests scheduled in the interval waited first: rate of "
         "vllm:request_queue_time_seconds sum over its count. Deferred waits (the adapter "
-        "budget) land here; on a KV consumer so does the wait for the KV.",
+        "budget) land here; on a KV consumer so does the wait for the KV. A request whose KV "
+        "load failed is observed with a queue time below 0 (vLLM 0.32: −3,043 s on the "
+        "captured pair), which rate() reads as a counter reset: the line jumps after one.",
         [Q(QUEUE_TIME, "{{model_name}}")],
         "s",
     )

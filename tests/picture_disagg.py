@@ -141,10 +141,12 @@ def traffic(producer: Server, consumer: Server, prometheus_url: str) -> list[tup
         )
 
     n = _for(PHASE_SECONDS, paired, 0)
+    record(prometheus_url, "working", RECORD_SECONDS)
     marks.append(("to the consumer alone", time.time()))
     n = _for(
         PHASE_SECONDS, lambda k: complete(consumer.process.url, prompt_ids(k), OUTPUT_TOKENS), n
     )
+    record(prometheus_url, "misrouted", RECORD_SECONDS)
     marks.append(("expired and failed transfers", time.time()))
     for k in range(n, n + 3):  # prefilled, never fetched: expire after the lease
         complete(producer.process.url, prompt_ids(k), 1, kv_transfer_params=REMOTE_DECODE)
