@@ -66,13 +66,6 @@ FOREIGN_NAMES: dict[str, tuple[str, ...]] = {
         "vllm:mooncake_store_operation_bytes_total",
         "vllm:mooncake_store_operation_time_seconds_sum",
     ),
-    # NIXL's families as Ray's stat logger names them (`vllm_` for `vllm:`,
-    # vllm/v1/metrics/ray_wrappers.py), beside vLLM's own families on a merged page.
-    "nixl_ray": (
-        "vllm_nixl_xfer_time_seconds_sum",
-        "vllm_nixl_bytes_transferred_sum",
-        "vllm_nixl_num_failed_transfers_total",
-    ),
 }
 
 _BY_SOURCE = "vllm:prompt_tokens_by_source_total"

@@ -236,3 +236,13 @@ def test_the_queue_time_the_deferred_waits_account_for() -> None:
     share = derive.deferred_share_of_waiting(3.0, 3.0)
     assert derive.queue_seconds_deferred(d, share) == pytest.approx(84.78842819699958 / 6)
     assert derive.queue_seconds_deferred(d, None) is None
+
+
+def test_the_transfer_families_are_read_under_a_launchers_prefix() -> None:
+    # Ray Serve's names (ray_vllm_ for vllm:): the same families, the same transfers.
+    text = page(DIR + "nixl-consumer-after-pair.txt").replace("vllm:", "ray_vllm_")
+    snap = read_snapshot(text, prefix="auto")
+    assert snap.prefix == "ray_vllm_" and snap.kv_connectors == ("nixl",)
+    (engine,) = snap.engines.values()
+    assert engine.counters[kv.KV_TRANSFER_BYTES] == 3_145_728
+    assert engine.counters[kv.PROMPT_FROM + "external_kv_transfer"] == 1_200
