@@ -86,7 +86,7 @@ def test_the_sidecar_install_renders_vllm_with_the_exporter_and_what_kps_selects
         for m in rendered.of_kind("ConfigMap")
         if "grafana_dashboard" in m["metadata"].get("labels", {})
     ]
-    assert len(dashboards) == 6
+    assert len(dashboards) == 7
     assert {m["metadata"]["namespace"] for m in dashboards} == {"monitoring"}
     exporter_monitor = rendered.one("ServiceMonitor", "llm-vllm-glassbox-glassbox")
     assert f"the exporter's is `{exporter_monitor['metadata']['name']}`" in DOC.read_text()
