@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from vllm_glassbox.core.textformat import Labels, Samples
+
+if TYPE_CHECKING:  # the snapshot reads its pages with this module
+    from vllm_glassbox.core.snapshot import EngineKey
 
 # Canonical names, per engine (counters cumulative).
 PROMPT_FROM = "prompt_tokens_from/"  # + source: "prompt_tokens_from/local_compute", ...
@@ -234,3 +238,35 @@ def shows_fetch_stages(version: str | None) -> bool:
 def consumer_engines(gauges: Mapping[str, float]) -> bool:
     """Whether one engine's gauges hold a consumer's fetch stages."""
     return any(name.startswith(KV_FETCH) for name in gauges)
+
+
+def transfer_shapes(
+    samples: Samples, gauges: Mapping[EngineKey, Mapping[str, float]], connectors: list[str]
+) -> dict[str, str]:
+    """A consumer's page whose transfers glassbox cannot read: transfer families it does
+    not read as such, or none at all (a connector that exports none: the shares of prompt
+    tokens are read, the transfer series are absent)."""
+    if connectors:
+        return {}
+    foreign = foreign_connector_names(samples)
+    if foreign:
+        return {
+            "kv_transfer_families_not_read": "KV transfer families glassbox does not read "
+            "as transfers between a producer and a consumer: " + _listed(foreign)
+        }
+    consumers = sorted(
+        key.engine for key, values in gauges.items() if any(n.startswith(KV_FETCH) for n in values)
+    )
+    if consumers:
+        return {
+            "kv_consumer_without_transfer_families": "a KV consumer's page "
+            "(vllm:num_requests_kv_fetch_by_stage) without any transfer family glassbox "
+            "reads (NIXL's, Mooncake's): engines " + ", ".join(consumers)
+        }
+    return {}
+
+
+def _listed(names: Iterable[str]) -> str:
+    shown = sorted(names)
+    more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+    return ", ".join(shown[:3]) + more

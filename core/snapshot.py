@@ -311,7 +311,7 @@ def snapshot_from_samples(samples: Samples, shapes: Mapping[str, str] | None = N
     unrecognised = dict(shapes or {})
     if _is_v0(samples):
         unrecognised |= _drop_untrusted_v0_counters(counters)
-    unrecognised |= _transfer_shapes(samples, gauges, connectors)
+    unrecognised |= kv.transfer_shapes(samples, gauges, connectors)
     snapshot = Snapshot(
         engines={k: EngineSample(counters.get(k, {}), gauges.get(k, {})) for k in sorted(keys)},
         cache=_cache_configs(samples.get(_CACHE_CONFIG)),
@@ -323,34 +323,6 @@ def snapshot_from_samples(samples: Samples, shapes: Mapping[str, str] | None = N
     )
     _check_engines_agree(snapshot)
     return snapshot
-
-
-def _transfer_shapes(
-    samples: Samples, gauges: Mapping[EngineKey, Mapping[str, float]], connectors: list[str]
-) -> dict[str, str]:
-    """A consumer's page whose transfers glassbox cannot read: transfer families it does
-    not read as such, or none at all (a connector that exports none: the shares of prompt
-    tokens are read, the transfer series are absent)."""
-    if connectors:
-        return {}
-    foreign = kv.foreign_connector_names(samples)
-    if foreign:
-        return {
-            "kv_transfer_families_not_read": "KV transfer families glassbox does not read "
-            "as transfers between a producer and a consumer: " + _some(foreign)
-        }
-    consumers = sorted(
-        key.engine
-        for key, values in gauges.items()
-        if any(n.startswith(kv.KV_FETCH) for n in values)
-    )
-    if consumers:
-        return {
-            "kv_consumer_without_transfer_families": "a KV consumer's page "
-            "(vllm:num_requests_kv_fetch_by_stage) without any transfer family glassbox "
-            "reads (NIXL's, Mooncake's): engines " + ", ".join(consumers)
-        }
-    return {}
 
 
 #: What `families_of` names the cache config by.

@@ -4,7 +4,7 @@ requests deferred, and what the adapter budget costs in queue time."""
 from __future__ import annotations
 
 from vllm_glassbox.core import derive
-from vllm_glassbox.explain.findings import Finding, core, read, say, say_if
+from vllm_glassbox.explain.findings import Figure, Finding, core, read, say, say_if
 from vllm_glassbox.explain.scene import Scene
 
 
@@ -17,20 +17,7 @@ def adapters(scene: Scene) -> list[Finding]:
         return []
     deferred = read(scene.waiting_deferred_peak, "count")
     if deferred is None or deferred.value == 0:
-        return [
-            Finding(
-                "adapters",
-                "within_budget",
-                "ok",
-                "Adapters fit their budget",
-                say(
-                    "{active} adapters had requests in flight, within a budget of {budget} a "
-                    "batch (--max-loras); no request waited deferred",
-                    active=active,
-                    budget=budget,
-                ),
-            )
-        ]
+        return [_within_budget(active, budget)]
     share = core(
         derive.deferred_share_of_waiting,
         scene.waiting_deferred_peak,
@@ -92,3 +79,18 @@ def adapters(scene: Scene) -> list[Finding]:
             ),
         )
     ]
+
+
+def _within_budget(active: Figure, budget: Figure) -> Finding:
+    return Finding(
+        "adapters",
+        "within_budget",
+        "ok",
+        "Adapters fit their budget",
+        say(
+            "{active} adapters had requests in flight, within a budget of {budget} a "
+            "batch (--max-loras); no request waited deferred",
+            active=active,
+            budget=budget,
+        ),
+    )
