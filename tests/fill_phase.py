@@ -40,6 +40,7 @@ WINDOW_SECONDS = 60.0  # the fine exporter core's window, as the stack's exporte
 # What the fine-grained exporter keeps of each poll (the per-engine series).
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 PREEMPTED = "vllm:num_preemptions_total"
+GENERATED = "vllm:generation_tokens_total"
 FINE_POLL_SERIES = frozenset(
     {
         "glassbox_kv_cache_used_tokens",
@@ -54,7 +55,17 @@ FINE_POLL_SERIES = frozenset(
 @dataclass(frozen=True)
 class FinePoll:
     at: float  # unix seconds the poll started
-    values: dict[str, float]  # FINE_POLL_SERIES it published, RUNNING, WAITING, PREEMPTED
+    # FINE_POLL_SERIES it published; RUNNING, WAITING, PREEMPTED, GENERATED from its page
+    values: dict[str, float]
+
+
+def steps_between(earlier: FinePoll, later: FinePoll) -> float:
+    """How many engine steps vLLM ran between two polls: the fill requests grow one token
+    per step each, so the tokens generated over the requests that ran."""
+    running = max(earlier.values.get(RUNNING, 0), later.values.get(RUNNING, 0), 1)
+    return (
+        later.values.get(GENERATED, math.nan) - earlier.values.get(GENERATED, math.nan)
+    ) / running
 
 
 class _KeepingPages:
@@ -113,6 +124,7 @@ def _poll_frozen(poller: Poller, pages: _KeepingPages, vllm_url: str) -> FinePol
         values[RUNNING] = engine.gauges.get(s.RUNNING, math.nan)
         values[WAITING] = engine.gauges.get(s.WAITING, math.nan)
         values[PREEMPTED] = engine.counters.get(s.PREEMPTIONS, math.nan)
+        values[GENERATED] = engine.counters.get(s.GENERATION_TOKENS, math.nan)
     return FinePoll(still, values)
 
 

@@ -16,10 +16,12 @@ import pytest
 from vllm_glassbox.core import derive
 from vllm_glassbox.core.cold_start import read_cold_starts
 
-from tests.fill_phase import RUNNING, WAITING, first_preemption, waits_again
+from tests.fill_phase import RUNNING, WAITING, first_preemption, steps_between, waits_again
 from tests.realstack import RealStack
 
 pytestmark = pytest.mark.vllm
+
+BLOCK_TOKENS = 128  # the CPU build's block: the stack's pool is 32 blocks of 128 tokens
 
 
 def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_preemption(
@@ -53,6 +55,13 @@ def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_pre
         )
     # At the latest on the first poll that shows a preemption, no request fits any more.
     assert preempted.values.get(headroom) == 0
+    if not headroom_gone and before:
+        # The headroom is 0 for the last block of each request, BLOCK_TOKENS steps: a poll
+        # lands in it unless vLLM ran that long in the one slice (a starved machine can
+        # hold a pause back for seconds). Then the lead cannot be seen, not a failure.
+        steps = steps_between(before[-1], preempted)
+        if steps >= BLOCK_TOKENS:
+            pytest.skip(f"the last slice before the preemption ran {steps:.0f} engine steps")
     assert headroom_gone, "no poll before the first preemption showed the headroom gone"
     assert forecasts, "no exhaustion forecast before the first preemption"
     print(

@@ -133,6 +133,7 @@ WHILE_THE_WINDOW_FILLS = {
     "namespace_job_model_name:vllm_generation_tokens:rate5m",
     "namespace_job_model_name:vllm_num_preemptions:rate5m",
     "namespace_job_model_name_le:vllm_time_to_first_token_seconds_bucket:rate5m",
+    "namespace_model_name_source:vllm_prompt_tokens_by_source:rate5m",
 }
 WINDOW_SECONDS = 300.0
 # A scrape's timestamp is when it began, the page's values those of when the fleet rendered
