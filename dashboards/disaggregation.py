@@ -240,7 +240,9 @@ def queue_time() -> Panel:
         "vllm:request_queue_time_seconds sum over its count. Deferred waits (the adapter "
         "budget) land here; on a KV consumer so does the wait for the KV. A request whose KV "
         "load failed is observed with a queue time below 0 (vLLM 0.32: −3,043 s on the "
-        "captured pair), which rate() reads as a counter reset: the line jumps after one.",
+        "captured pair), which rate() reads as a counter reset: the line jumps after one. "
+        "Empty while no vLLM in range scheduled a request in the 5 minutes before (a ratio "
+        "of rates), or on a page without vllm:request_queue_time_seconds.",
         [Q(QUEUE_TIME, "{{model_name}}")],
         "s",
     )

@@ -680,7 +680,7 @@ def test_the_demo_runs_the_exporter_beside_each_server_and_draws_the_dashboards(
     from vllm_glassbox.dashboards import catalog
 
     boards = [catalog.as_json(d)["uid"] for d in catalog.dashboards()]
-    assert "glassbox-slo" in boards and len(boards) == 6
+    assert "glassbox-slo" in boards and "glassbox-disaggregation" in boards and len(boards) == 7
     for board in boards:  # every dashboard's picture, embedded, with every panel drawn
         assert f"(dashboards/{board}.png)" in report
         assert (out / "dashboards" / f"{board}.png").read_bytes().startswith(b"\x89PNG")
