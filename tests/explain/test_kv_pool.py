@@ -8,11 +8,13 @@ from dataclasses import replace
 
 from vllm_glassbox.explain.diagnoses import explain
 from vllm_glassbox.explain.findings import Finding
+from vllm_glassbox.explain.from_exporter import findings_document
 from vllm_glassbox.explain.render import sentence
 from vllm_glassbox.explain.scene import EnginePool, Scene, scene_from_json, scene_to_json
 
 from tests.explain import scenes
 from tests.explain.scenes import r
+from tests.explain.test_exporter import polled, scene_of
 
 
 def unix(hms: str) -> float:
@@ -113,3 +115,19 @@ def test_why_requests_waited_is_unseen_only_where_the_source_lacks_it() -> None:
 def test_the_pools_travel_through_json() -> None:
     s = scene(storm_pool(), storm_pool(engine="tiny/1", exhaustion_seconds=r(3.5)))
     assert scene_from_json(scene_to_json(s)) == s
+
+
+def test_the_exporter_carries_why_requests_waited_into_its_findings() -> None:
+    """vLLM 0.24's pages have num_requests_waiting_by_reason: through the real poller and
+    /findings' JSON, the pool's peaks of waiting for capacity are the pages' (4, then 10),
+    and nothing is said to be unseen about why requests waited."""
+    h200 = [f"cuda-0.24.0-h200/{n}.txt" for n in ("flood-filling", "flood-preempting")]
+    h200.append("cuda-0.24.0-h200/flood-preempting-later.txt")
+    s = scene_of(polled(h200, "0.24.0", interval=3.0))
+    read_back = scene_from_json(findings_document(s)["scenes_observed"][0])
+    (pool,) = read_back.pools
+    assert pool.peak_waiting_capacity is not None and pool.peak_waiting_capacity.value == 10
+    assert pool.preemptions is not None and pool.preemptions.value == 10
+    f = kv(read_back)
+    assert f is not None and f.finding == "preemption_storm"
+    assert not any("why requests waited" in u for u in f.unseen)
