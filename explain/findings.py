@@ -34,6 +34,7 @@ Unit = Literal[
     "count",
     "factor",  # tokens per pass, a cost in plain steps: 3 significant digits
     "times",  # a speed-up: 3.4×
+    "clock",  # a moment, unix seconds: shown as the time of day (UTC)
 ]
 
 

@@ -24,7 +24,15 @@ from vllm_glassbox.core.derive import Increase
 from vllm_glassbox.explain.diagnoses import explain
 from vllm_glassbox.explain.findings import Explained
 from vllm_glassbox.explain.render import closing_section
-from vllm_glassbox.explain.scene import LabBaseline, LabVariant, Reading, Scene, Scope, Window
+from vllm_glassbox.explain.scene import (
+    EnginePool,
+    LabBaseline,
+    LabVariant,
+    Reading,
+    Scene,
+    Scope,
+    Window,
+)
 
 
 class LabFileError(ValueError):
@@ -217,6 +225,15 @@ def _flood_scene(phase: Mapping[str, Any], where: str, what: str, peak: Reading 
     running = [r for p in points if (r := _number(p.get("running"))) is not None]
     timeline = f"{where}: {what} timeline[]"
     present = [u for u in used if u is not None]
+    last = _number(points[-1].get("kv_cache_usage")) if points else None
+    pool = EnginePool(
+        engine=str(phase.get("served_model_name") or what),
+        peak_usage=reading("peak_kv_cache_usage"),
+        usage_now=None if last is None else Reading(last, f"{timeline}: the last poll"),
+        peak_running=Reading(max(running), timeline) if running else None,
+        peak_waiting=reading("peak_waiting"),
+        preemptions=reading("preemptions_total"),
+    )
     return Scene(
         Scope("lab", where, None, what, 1, seconds),
         decode=Window(Increase(counters, seconds), f"{where}: {what} preemptions_total"),
@@ -225,6 +242,7 @@ def _flood_scene(phase: Mapping[str, Any], where: str, what: str, peak: Reading 
         kv_used_mean=Reading(statistics.fmean(present), timeline) if present else None,
         running_mean=Reading(statistics.fmean(running), timeline) if running else None,
         running_peak=Reading(max(running), timeline) if running else None,
+        pools=(pool,),
         **facts,
     )
 

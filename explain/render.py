@@ -93,6 +93,8 @@ def show(figure: Figure) -> str:
         return f"{_significant(v)}×"
     if unit == "factor":
         return _significant(v)
+    if unit == "clock":
+        return datetime.datetime.fromtimestamp(v, datetime.UTC).strftime("%H:%M:%S")
     return count(v)
 
 

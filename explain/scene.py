@@ -128,6 +128,29 @@ class ObjectiveState:
 
 
 @dataclass(frozen=True)
+class EnginePool:
+    """One engine's KV pool over the scene's window, as the alerts judge it: the peaks of its
+    usage and queue (`max_over_time`), the preemptions counted (`increase`), when the first
+    and the last were seen (unix seconds), and its forecasts at the window's end."""
+
+    engine: str  # which engine: its model_name and engine labels
+    peak_usage: Reading | None = None  # 0–1, the most over the window
+    usage_now: Reading | None = None  # 0–1, at the window's end
+    peak_running: Reading | None = None
+    peak_waiting: Reading | None = None  # every reason
+    peak_waiting_capacity: Reading | None = None  # waiting for KV room (vLLM 0.20+)
+    peak_waiting_deferred: Reading | None = None  # deferred for another reason (0.20+)
+    preemptions: Reading | None = None  # counted over the window
+    first_preemption_at: Reading | None = None  # unix seconds
+    last_preemption_at: Reading | None = None
+    exhaustion_seconds: Reading | None = None  # until full at its recent growth
+    headroom_at_completion: Reading | None = None  # requests; below 0: promised too much
+
+
+_POOL_READINGS = tuple(f.name for f in fields(EnginePool) if f.type == "Reading | None")
+
+
+@dataclass(frozen=True)
 class Scene:
     scope: Scope
     #: Counter increases over the window, the engines summed; None: no counters read.
@@ -154,6 +177,8 @@ class Scene:
     waiting_capacity_peak: Reading | None = None  # waiting for KV room (vLLM 0.20+)
     waiting_deferred_peak: Reading | None = None  # deferred for another reason (0.20+)
     kv_exhaustion: Reading | None = None  # seconds until the first engine's pool is full
+    #: Each engine's pool over the window (none: the source gives only the figures above).
+    pools: tuple[EnginePool, ...] = ()
     # Speculative decoding: configured when vLLM shows its counters.
     spec_configured: bool = False
     # Disaggregated serving: the server's KV role (producer, consumer, both, none, unknown;
@@ -225,6 +250,8 @@ def scene_to_json(scene: Scene) -> JSON:
         "startup": {stage: _reading_json(r) for stage, r in scene.startup.items()},
         "blind": [vars(b).copy() for b in scene.blind],
     }
+    if scene.pools:
+        body["pools"] = [_pool_json(p) for p in scene.pools]
     if scene.objectives:
         body["objectives"] = [_objective_json(o) for o in scene.objectives]
     if scene.lab is not None:
@@ -232,6 +259,20 @@ def scene_to_json(scene: Scene) -> JSON:
         lab["variants"] = [vars(v).copy() for v in scene.lab.variants]
         body["lab"] = lab
     return body
+
+
+def _pool_json(pool: EnginePool) -> JSON:
+    body: JSON = {"engine": pool.engine}
+    for name in _POOL_READINGS:
+        reading = _reading_json(getattr(pool, name))
+        if reading is not None:
+            body[name] = reading
+    return body
+
+
+def _pool(data: Mapping[str, Any]) -> EnginePool:
+    readings = {name: _reading(data.get(name)) for name in _POOL_READINGS}
+    return EnginePool(engine=str(data["engine"]), **readings)
 
 
 def _objective_json(o: ObjectiveState) -> JSON:
@@ -299,6 +340,7 @@ def scene_from_json(data: Mapping[str, Any]) -> Scene:
             for stage, raw in dict(data.get("startup", {})).items()
             if (r := _reading(raw)) is not None
         },
+        pools=tuple(_pool(p) for p in data.get("pools", [])),
         objectives=tuple(_objective(o) for o in data.get("objectives", [])),
         blind=tuple(Blind(**b) for b in data.get("blind", [])),
         lab=lab,

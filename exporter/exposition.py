@@ -49,6 +49,7 @@ from vllm_glassbox.exporter.disaggregation import (
     disaggregation_families,
     role_of,
 )
+from vllm_glassbox.exporter.pool_window import PoolWindow
 from vllm_glassbox.exporter.scene import scene_from_state
 
 
@@ -100,6 +101,9 @@ class PollState:
     # link a consumer receives KV on (--kv-link-bandwidth, bytes/s).
     kv_role_in_log: KvRole | None = None
     kv_link_bandwidth: float | None = None
+    # Each engine's pool over the window (peaks, preemptions and when): computed when the
+    # findings ask for them.
+    pool_window: PoolWindow | None = None
 
 
 def _engine_labels(key: EngineKey) -> list[str]:

@@ -27,6 +27,7 @@ from vllm_glassbox.core.derive import (
     process_restarted,
 )
 from vllm_glassbox.core.snapshot import SUMS, EngineKey, Snapshot
+from vllm_glassbox.exporter.pool_window import PoolWindow
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class _Entry:
     # page or the one before, new, or a `_sum` that went down. A window spanning such a
     # step has no value for them (never a zero, never a jump).
     gaps: Mapping[EngineKey, frozenset[str]]
+    # Per engine: the gauges this page showed (the page's own mapping, not a copy).
+    gauges: Mapping[EngineKey, Mapping[str, float]]
 
 
 _NONE: frozenset[str] = frozenset()
@@ -111,7 +114,8 @@ class History:
             readings[key], totals[key] = reading, total
             absent[key] = missing if not engine_restarted else _NONE
             gaps[key] = frozenset(unknown)
-        self._entries.append(_Entry(at, readings, totals, absent, gaps))
+        gauges = {key: sample.gauges for key, sample in snapshot.engines.items()}
+        self._entries.append(_Entry(at, readings, totals, absent, gaps, gauges))
         if restarted:
             self.restarts += 1
         return restarted
@@ -152,6 +156,14 @@ class History:
                 latest.at - start.at,
             )
         return out
+
+    def pool_window(self) -> PoolWindow:
+        """The polls of the window ending at the latest poll, for the pools' facts
+        (peaks, preemptions and when they came: `pool_window.py`), computed when asked."""
+        if not self._entries:
+            return PoolWindow((), self.window_seconds)
+        horizon = self._entries[-1].at - self.window_seconds - 1e-9
+        return PoolWindow([e for e in self._entries if e.at >= horizon], self.window_seconds)
 
     def forget(self) -> None:
         """Every poll and the process they came from: the next poll starts afresh."""

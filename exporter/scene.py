@@ -1,9 +1,10 @@
 """The poller's latest state as explain's scene (pure: `PollState` in, `Scene` out): what
 `/findings`, `glassbox_finding_info` and `glassbox explain --exporter` diagnose.
 
-The exporter sees one server: its numbers are over the exporter's window (`--window`),
-its gauges of the latest poll (the queue and the pool as they are now, not their peaks),
-its failed polls since it started.
+The exporter sees one server: its numbers are over the exporter's window (`--window`):
+the counters' increases, and each engine's pool as the alerts judge it (the peaks of its
+usage and queue, its preemptions and when they came: `pool_window.py`); the mean request
+size is of the latest poll, the failed polls are since it started.
 """
 
 from __future__ import annotations
@@ -12,19 +13,20 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from vllm_glassbox.core import derive, series, series_disagg
-from vllm_glassbox.core import disagg_page as kv
 from vllm_glassbox.core import snapshot as s
+from vllm_glassbox.core.kv_trend import KvPool
 from vllm_glassbox.core.snapshot import EngineKey, EngineSample, Snapshot, first_cache
-from vllm_glassbox.explain.scene import Blind, Reading, Scene, Scope, Window
+from vllm_glassbox.explain.scene import Blind, EnginePool, Reading, Scene, Scope, Window
 from vllm_glassbox.exporter.disaggregation import role_of
+from vllm_glassbox.exporter.pool_window import CAPACITY, DEFERRED, PEAKED, PoolFacts
 
 if TYPE_CHECKING:  # exposition builds its findings from here
     from vllm_glassbox.exporter.exposition import PollState
 
 #: Polls that failed for these reasons are failures; "slow" polls were read, late.
 _NOT_FAILED = ("slow",)
-_REASONS = (kv.WAITING_FOR + "capacity", kv.WAITING_FOR + "deferred")
 _BY_REASON = "vllm:num_requests_waiting_by_reason"
+_PREEMPTIONS = "vllm:num_preemptions_total"
 
 
 def _values(reading: Mapping[Any, float], source: str, pick: str) -> Reading | None:
@@ -66,6 +68,9 @@ def scene_from_state(
     used = {k: p.used_tokens for k, p in pools.items() if p.used_tokens is not None}
     gauge = _gauges(engines)
     exhaustion = _exhaustion_seconds(state)
+    facts = state.pool_window.facts if state.pool_window is not None else {}
+    peak = _peaks(facts)
+    over = f"the most over the exporter's {window:g} s window"
     cache = first_cache(snapshot)
     block_size = None if cache is None or cache.block_size is None else float(cache.block_size)
     spec = any(s.SPEC_DRAFTS in e.counters for e in engines.values())
@@ -86,24 +91,19 @@ def scene_from_state(
             None if cache is None else cache.gpu_memory_utilization,
             "vllm:cache_config_info{gpu_memory_utilization}",
         ),
-        kv_usage_peak=_values(
-            gauge[s.KV_USAGE], "vllm:kv_cache_usage_perc (now, the fullest engine)", "max"
-        ),
+        kv_usage_peak=_values(peak[s.KV_USAGE], f"vllm:kv_cache_usage_perc ({over})", "max"),
         kv_used_mean=_values(used, f"{series.KV_USED.name} (now, engines summed)", "sum"),
         running_mean=_values(
             gauge[s.RUNNING], "vllm:num_requests_running (now, engines summed)", "sum"
         ),
-        running_peak=_values(
-            gauge[s.RUNNING], "vllm:num_requests_running (now, the busiest engine)", "max"
-        ),
-        waiting_peak=_values(
-            gauge[s.WAITING], "vllm:num_requests_waiting (now, the longest queue)", "max"
-        ),
+        running_peak=_values(peak[s.RUNNING], f"vllm:num_requests_running ({over})", "max"),
+        waiting_peak=_values(peak[s.WAITING], f"vllm:num_requests_waiting ({over})", "max"),
         kv_exhaustion=_values(exhaustion, series.KV_EXHAUSTION.name, "min"),
+        pools=_pools(state, facts, exhaustion, window),
         spec_configured=spec,
         startup=_startup(state),
         blind=blind,
-        **_disaggregated(state, snapshot, gauge),
+        **_disaggregated(state, snapshot, peak, over),
     )
 
 
@@ -115,12 +115,79 @@ def _gauges(engines: Mapping[EngineKey, EngineSample]) -> dict[str, dict[EngineK
     """The gauges of the queue and the pool, as of the latest poll, by engine."""
     return {
         name: {k: e.gauges[name] for k, e in engines.items() if name in e.gauges}
-        for name in (s.KV_USAGE, s.RUNNING, s.WAITING, *_REASONS)
+        for name in (s.KV_USAGE, s.RUNNING, s.WAITING)
+    }
+
+
+def _pools(
+    state: PollState,
+    facts: Mapping[EngineKey, PoolFacts],
+    exhaustion: Mapping[EngineKey, float],
+    window: float,
+) -> tuple[EnginePool, ...]:
+    """Each engine's pool over the window, as the alerts judge it."""
+    out = []
+    for key, f in sorted(facts.items()):
+        name = f"{key.model_name}/{key.engine}"
+        over = f"the most over the exporter's {window:g} s window, engine {name}"
+
+        def peak(gauge: str, family: str, f: PoolFacts = f, over: str = over) -> Reading | None:
+            return _reading(f.peak(gauge), f"{family} ({over})")
+
+        first = derive.moment_before(state.last_success_unix, f.first_preemption_ago)
+        last = derive.moment_before(state.last_success_unix, f.last_preemption_ago)
+        rose = f"the poll whose {_PREEMPTIONS} rose, {{}} of the window, engine {name}"
+        pool = state.kv_pools.get(key)
+        out.append(
+            EnginePool(
+                engine=name,
+                peak_usage=peak(s.KV_USAGE, "vllm:kv_cache_usage_perc"),
+                usage_now=_reading(
+                    f.now.get(s.KV_USAGE), f"vllm:kv_cache_usage_perc (now, engine {name})"
+                ),
+                peak_running=peak(s.RUNNING, "vllm:num_requests_running"),
+                peak_waiting=peak(s.WAITING, "vllm:num_requests_waiting"),
+                peak_waiting_capacity=peak(CAPACITY, f'{_BY_REASON}{{reason="capacity"}}'),
+                peak_waiting_deferred=peak(DEFERRED, f'{_BY_REASON}{{reason="deferred"}}'),
+                preemptions=_reading(
+                    f.preemptions,
+                    f"Δ {_PREEMPTIONS} over the exporter's {f.seconds:g} s window, engine {name}",
+                ),
+                first_preemption_at=_reading(first, rose.format("the first")),
+                last_preemption_at=_reading(last, rose.format("the last")),
+                exhaustion_seconds=_reading(
+                    exhaustion.get(key), f'{series.KV_EXHAUSTION.name}{{engine="{key.engine}"}}'
+                ),
+                headroom_at_completion=_reading(
+                    _at_completion(state, key, pool),
+                    f'{series.KV_HEADROOM_AT_COMPLETION.name}{{engine="{key.engine}"}}',
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def _at_completion(state: PollState, key: EngineKey, pool: KvPool | None) -> float | None:
+    """The engine's headroom once its running requests reach the size requests finish at
+    (the forecast alert's second condition), as the page publishes it."""
+    increase = state.increases.get(key)
+    snapshot = state.snapshot
+    if pool is None or increase is None or snapshot is None or key not in snapshot.engines:
+        return None
+    size = derive.request_tokens_at_completion(increase)
+    running = snapshot.engines[key].gauges.get(s.RUNNING)
+    return derive.kv_cache_headroom_requests_at_completion(pool.capacity_tokens, running, size)
+
+
+def _peaks(facts: Mapping[EngineKey, PoolFacts]) -> dict[str, dict[EngineKey, float]]:
+    """Each gauge's peak over the window, by engine (where its polls showed it)."""
+    return {
+        name: {k: v for k, f in facts.items() if (v := f.peak(name)) is not None} for name in PEAKED
     }
 
 
 def _disaggregated(
-    state: PollState, snapshot: Snapshot, gauge: Mapping[str, Mapping[EngineKey, float]]
+    state: PollState, snapshot: Snapshot, peak: Mapping[str, Mapping[EngineKey, float]], over: str
 ) -> dict[str, Any]:
     """What the disaggregation and adapters diagnoses read: the waits by reason, the KV
     role (the log's, else the page's), the link's peak, the adapters."""
@@ -128,14 +195,10 @@ def _disaggregated(
     adapters = snapshot.adapters
     return {
         "waiting_capacity_peak": _values(
-            gauge[kv.WAITING_FOR + "capacity"],
-            f'{_BY_REASON}{{reason="capacity"}} (now, the longest queue)',
-            "max",
+            peak[CAPACITY], f'{_BY_REASON}{{reason="capacity"}} ({over})', "max"
         ),
         "waiting_deferred_peak": _values(
-            gauge[kv.WAITING_FOR + "deferred"],
-            f'{_BY_REASON}{{reason="deferred"}} (now, the longest queue)',
-            "max",
+            peak[DEFERRED], f'{_BY_REASON}{{reason="deferred"}} ({over})', "max"
         ),
         "kv_role": role.role,
         "kv_connector": role.connector or None,

@@ -366,6 +366,7 @@ class Poller:
             first_requests=dict(self.first_requests.first),
             polled_at=self.polled_at,
             used_tokens_growth=self.used_tokens.growth() if up else {},
+            pool_window=self.history.pool_window() if up else None,
             kv_pools=pools or {},
             vllm_version=self.vllm_version,
             build=this_build(),

@@ -8,7 +8,7 @@ never NaN (`arithmetic`).
 
 One module per concern, each standing only on the ones above it here:
 
-- `arithmetic`: the ratio rule, what physics allows, shares and prediction errors
+- `arithmetic`: the ratio rule, what physics allows, shares and prediction errors, moments
 - `increases`: counter increases, restarts, engines combined
 - `rates`: rates and steps (decode, prefill, preemptions, a process's CPU)
 - `objectives`: service-level objectives (bad requests, burn rates, error budgets)
@@ -32,9 +32,11 @@ than a module of it.
 from __future__ import annotations
 
 from vllm_glassbox.core.derive.arithmetic import (
+    moment_before,
     physically_possible,
     prediction_error,
     ratio,
+    seconds_since,
     share_of,
 )
 from vllm_glassbox.core.derive.bandwidth import (
@@ -215,6 +217,7 @@ __all__ = [
     "mean_queue_seconds",
     "memory_bandwidth_utilization",
     "model_load_bytes_per_second",
+    "moment_before",
     "physically_possible",
     "prediction_error",
     "preemptions_per_second",
@@ -232,6 +235,7 @@ __all__ = [
     "request_tokens_at_completion",
     "requests_over_threshold",
     "requests_that_fit",
+    "seconds_since",
     "share_of",
     "slo_error_ratio",
     "snapshot_increases",

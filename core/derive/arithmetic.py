@@ -42,3 +42,19 @@ def prediction_error(predicted: float | None, measured: float | None) -> float |
         return None
     r = ratio(predicted, measured)
     return None if r is None else r - 1.0
+
+
+def moment_before(now_unix: float | None, seconds_ago: float | None) -> float | None:
+    """The unix time `seconds_ago` before `now_unix` (a poll's moment, from the monotonic
+    clock's span back to it and the wall clock of the latest poll)."""
+    if now_unix is None or seconds_ago is None:
+        return None
+    return now_unix - seconds_ago
+
+
+def seconds_since(then_unix: float | None, now_unix: float | None) -> float | None:
+    """How long before `now_unix` the moment `then_unix` was; absent when either is, or
+    when it is later (two clocks disagreeing say nothing)."""
+    if then_unix is None or now_unix is None or then_unix > now_unix:
+        return None
+    return now_unix - then_unix

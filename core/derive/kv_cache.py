@@ -112,7 +112,9 @@ def kv_cache_headroom_requests(
     mean = kv_cache_mean_request_tokens(used_tokens, running)
     if free is None or mean is None:
         return None
-    return float(math.floor(free / mean))
+    fit = free / mean
+    # A usage too small to be a float's (5e-324) makes the mean 0 in effect: no size.
+    return float(math.floor(fit)) if math.isfinite(fit) else None
 
 
 def request_tokens_at_completion(d: Increase) -> float | None:

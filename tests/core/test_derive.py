@@ -500,6 +500,9 @@ def test_headroom_is_absent_without_a_running_request_or_a_pool() -> None:
     assert derive.kv_cache_headroom_requests(None, 4096, 3) is None
     assert derive.kv_cache_headroom_requests(1024.0, None, 3) is None
     assert derive.kv_cache_free_tokens(None, 4096) is None
+    # A usage so small its tokens underflow (5e-324 of 4,096 tokens): no mean size, no
+    # headroom, never an overflow that would fail the poll.
+    assert derive.kv_cache_headroom_requests(5e-324 * 4096, 4096, 3) is None
 
 
 def test_exhaustion_is_free_tokens_over_the_growth_rate_only_while_growing() -> None:

@@ -29,7 +29,10 @@ def test_the_closing_section_names_each_servers_findings(h200: dict[str, Any]) -
     assert "**[info] Decode is bound by weight reads.**" in section
     # The flood of the 58,000-token pool: 18 preemptions while up to 18 waited.
     assert "### phase kv-pressure" in section
-    assert "vLLM preempted requests 18 times in 33.2 s while up to 18 waited" in section
+    assert (
+        "Over the 33.2 s window vLLM preempted requests 18 times; its KV pool (58,000 tokens "
+        "an engine) ran 99.7 % full at most (0 % now), while up to 18 requests waited" in section
+    )
     # vLLM 0.24 speculates under the model's default penalty: the run works.
     assert "### phase spec-decode run model defaults (1.05)" in section
 
