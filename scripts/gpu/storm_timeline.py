@@ -98,14 +98,16 @@ class Exporter:
 def exporters(target: str, out: Path) -> Iterator[list[Exporter]]:
     """The two exporters beside vLLM, stopped (by their own pid) on the way out."""
     started: list[Exporter] = []
-    glassbox = str(Path(sys.executable).parent / "glassbox")
+    # `python -m vllm_glassbox`: on the GPU machine glassbox is a --target folder on
+    # PYTHONPATH, with no console script.
+    glassbox = [sys.executable, "-m", "vllm_glassbox"]
     try:
         for name, interval, window in EXPORTERS:
             port = free_port()
             log = (out / f"exporter-{name}.log").open("wb")
             process = subprocess.Popen(
                 [
-                    glassbox,
+                    *glassbox,
                     "exporter",
                     "--target",
                     target,
