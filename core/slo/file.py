@@ -351,8 +351,7 @@ def _objective(raw: object, where: str, problem: Any) -> Objective | None:
             # `model:` with nothing after it reads as null: never "every model" by accident.
             problem(
                 f"{where}.{key}",
-                f"given without a value: name one, or leave the key out for "
-                f"{_LEFT_OUT_MEANS[key]}",
+                f"given without a value: name one, or leave the key out for {_LEFT_OUT_MEANS[key]}",
             )
             continue
         if value is None:
