@@ -32,6 +32,17 @@ def set_up_logging(level: str, log_format: str = "logfmt") -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else LogfmtFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    quiet_libraries(level)
+
+
+#: Libraries that log every request they make at `info` (httpx: a line per poll, the whole
+#: URL of the filtered page, about 2 KB): heard from at `warning` unless `--log-level debug`.
+CHATTY_LIBRARIES = ("httpx", "httpcore")
+
+
+def quiet_libraries(level: str) -> None:
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.NOTSET if level == "debug" else logging.WARNING)
 
 
 def record_fields(record: logging.LogRecord) -> dict[str, str]:

@@ -52,6 +52,7 @@ from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.model_watch import ModelWatch
 from vllm_glassbox.exporter.server import Answer, MetricsServer
 from vllm_glassbox.exporter.server_trail import SEVERAL_SERVERS, ServerTrail
+from vllm_glassbox.exporter.state_log import StateLog
 from vllm_glassbox.exporter.webconfig import WebConfigSource
 
 log = logging.getLogger("glassbox.exporter")
@@ -146,7 +147,6 @@ class Poller:
         self.vllm_version: str | None = None
         self.last_success_unix: float | None = None
         self.last_restart_unix: float | None = None
-        self._failing: str | None = None  # reason of the failure in progress
         self._failed_since = False  # a poll failed since the last one that succeeded
         self._refused_since = False  # ... with a refused connection: the process was gone
         self.trail = ServerTrail()
@@ -154,11 +154,10 @@ class Poller:
         self._latest_page: Snapshot | None = None  # the latest page read, even if refused
         self.up: bool | None = None  # the latest poll's outcome; None before the first
         self.failing: str | None = None  # what the latest failed poll said
-        self._slow = False  # whether the latest poll answered after the interval
         self._stopping = False
         self._published: list[Metric] = []
         self.state: PollState | None = None  # what the latest publication was built from
-        self._told: set[tuple[str, str]] = set()  # unrecognised inputs already logged
+        self.told = StateLog(config.target)  # each change of state logged once
         # Before the first poll ends vLLM is neither up nor down: no glassbox_target_up
         # yet, so a restarted exporter never shows a target down that is not.
         self._publish(up=None, duration=0.0, snapshot=None)
@@ -193,15 +192,10 @@ class Poller:
             self._failed_since = True
             self._refused_since = self._refused_since or e.refused
             self.errors[e.reason] += 1
-            # An error line when the failure starts or changes; the counter has the rest.
-            level = logging.DEBUG if e.reason == self._failing else logging.ERROR
-            target = self.config.target
-            log.log(level, "poll failed target=%s reason=%s err=%s", target, e.reason, e)
-            self._failing = e.reason
+            self.told.failed(e)  # when the failure starts or changes; the counter counts
             self.failing = f"{e.reason}: {e}"
-        if snapshot is not None and self._failing is not None:
-            log.info("poll succeeded again target=%s", self.config.target)
-            self._failing = None
+        if snapshot is not None:
+            self.told.succeeded()
         # The page is stamped when it came, not when it was asked for: a busy API server
         # renders it after its queue (the counters are of that moment), so a slow answer
         # stamped at its start would overstate every rate by the delay over the window.
@@ -225,13 +219,16 @@ class Poller:
             self.last_success_unix = time.time()
             if restarted:
                 self.last_restart_unix = self.last_success_unix
+                self.told.restarted(self.history.restarts, start)
             if restarted or self.vllm_version is None:
                 self.vllm_version = self._fetch_version(deadline - time.monotonic())
         if self.log_follower is not None:
+            error: OSError | None = None
             try:
                 self.log_follower.poll()
             except OSError as e:
-                log.warning("cannot read vLLM log path=%s err=%s", self.config.vllm_log, e)
+                error = e
+            self.told.vllm_log(self.config.vllm_log, error)
         if snapshot is not None:
             self.models.follow(snapshot, restarted, self._facts(), self.history.restarts)
         pools = self._kv_pools(snapshot) if snapshot is not None else {}
@@ -298,21 +295,9 @@ class Poller:
     def _note_lateness(self, seconds: float) -> None:
         """A poll that answered after the interval is `slow`: vLLM is busy, not down. Its
         values are used and the target stays up; the counter shows how often it happens."""
-        interval = self.config.interval_seconds
-        slow = seconds > interval
-        if slow:
+        if seconds > self.config.interval_seconds:
             self.errors["slow"] += 1
-            level = logging.DEBUG if self._slow else logging.WARNING
-            log.log(
-                level,
-                "poll slow target=%s took=%.2fs interval=%gs (vLLM answered late: busy)",
-                self.config.target,
-                seconds,
-                interval,
-            )
-        elif self._slow:
-            log.info("poll on time again target=%s", self.config.target)
-        self._slow = slow
+        self.told.lateness(seconds, self.config.interval_seconds)
 
     def stop(self) -> None:
         """Cut the poll in flight (shutdown), so that stopping never waits for vLLM."""
@@ -377,23 +362,10 @@ class Poller:
             kv_role_in_log=facts.kv_role if facts else None,
             kv_link_bandwidth=self.config.kv_link_bandwidth,
         )
-        self._tell_unrecognised(unrecognised_inputs(state))
+        self.told.shapes(unrecognised_inputs(state))
         # One reference swap: a scrape sees the previous publication or this one, whole.
         self._published = [f for f in poll_families(state) if f.samples]
         self.state = state
-
-    def _tell_unrecognised(self, shapes: Mapping[tuple[str, str], str]) -> None:
-        """One warning when a shape glassbox does not read appears (the gauge has it)."""
-        for (source, shape), shown in sorted(shapes.items()):
-            if (source, shape) not in self._told:
-                log.warning(
-                    "input glassbox does not read source=%s shape=%s shown_by=%r "
-                    "(the series it would feed are absent)",
-                    source,
-                    shape,
-                    shown,
-                )
-        self._told = set(shapes)
 
     def run(self, stop: threading.Event) -> None:
         # A poll that overran the interval (vLLM busy) is followed by a whole interval
@@ -431,6 +403,10 @@ class _Published:
             return cached[1]
         families = [f for f in finding_families(state) if f.samples]
         self._cached = (state, families)
+        labels = [s.labels for f in families for s in f.samples]
+        model = next((lab["model_name"] for lab in labels), "")
+        found = [(lab["diagnosis"], lab["finding"], lab["severity"]) for lab in labels]
+        self._poller.told.findings(model, found, up=state.up is True)
         return families
 
     def describe(self) -> list[Metric]:

@@ -186,6 +186,8 @@ def main(argv: Sequence[str], prog: str = "glassbox rules") -> int:
             parser.error(f"--aggregation-labels: {e}")
     if not args.files and not args.slo:
         parser.error("give rule files (with --aggregation-labels), --slo FILE, or both")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out: {str(args.out)!r} is a file, not a folder")
     if any(f.resolve().parent == args.out.resolve() for f in args.files):
         parser.error("--out: give another folder than the sources'")
     texts = {}
@@ -210,8 +212,29 @@ def main(argv: Sequence[str], prog: str = "glassbox rules") -> int:
         if name in texts:
             parser.error(f"--slo: {name} would overwrite a rule file of the same name")
         texts[name] = slo_rule_file_text(objectives, args.slo.name, labels, args.histograms)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in texts.items():
-        (args.out / name).write_text(text)
-        print(args.out / name)
+    try:
+        written = write_files(args.out, texts)
+    except OSError as e:
+        print(f"{prog}: --out: cannot write into {str(args.out)!r}: {e}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
     return 0
+
+
+def write_files(out: Path, texts: dict[str, str]) -> list[Path]:
+    """Every file written whole, or none: each to a temporary name first, all renamed
+    into place once all are written (OSError, and nothing left behind, otherwise)."""
+    out.mkdir(parents=True, exist_ok=True)
+    pending: list[tuple[Path, Path]] = []
+    try:
+        for name, text in texts.items():
+            temporary = out / f".{name}.partial"
+            pending.append((temporary, out / name))
+            temporary.write_text(text)
+        for temporary, path in pending:
+            temporary.replace(path)
+    finally:
+        for temporary, _ in pending:
+            temporary.unlink(missing_ok=True)
+    return [path for _, path in pending]

@@ -5,8 +5,9 @@ build serving tiny generated models, restarted per phase on one fixed port; this
 machine's memory bandwidth measured first (a copy benchmark: the peak of the bandwidth
 series); the exporter beside each server (`lab/sidecar.py`, started when the server is
 ready, stopped with it); when Debian's Prometheus is installed, one on loopback with
-glassbox's recording rules and alerts, scraping vLLM, the exporter and the lab's phase
-series, whose data the dashboards are drawn from at the end. Then report.md,
+glassbox's recording rules and alerts and the rules of the demo's objectives
+(`lab/plans/cpu-demo.slo.yaml`), scraping vLLM, the exporter and the lab's phase series,
+whose data the dashboards are drawn from at the end. Then report.md,
 results.json and the plots, and a short summary on stdout.
 """
 
@@ -21,6 +22,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import yaml
+from vllm_glassbox.core import slo
 from vllm_glassbox.core.helptext import examples
 from vllm_glassbox.lab.backends.backend import exit_code as stopped_exit_code
 from vllm_glassbox.lab.backends.local import LocalBackend
@@ -39,6 +42,9 @@ from vllm_glassbox.lab.telemetry import PhaseInfo
 SCRAPE_INTERVAL = "2s"
 #: glassbox's recording rules and alerts, in a source checkout (not in an installed wheel).
 RULES_DIR = Path(__file__).resolve().parent.parent / "alerts"
+#: The demo's objectives: their attainment, budget and burn on the SLO dashboard and the
+#: overview's SLO row (package data, beside the plan).
+DEMO_SLO = Path(__file__).resolve().parent / "plans" / "cpu-demo.slo.yaml"
 
 
 def cpu_flags(cpuinfo: str) -> set[str]:
@@ -74,6 +80,27 @@ def without_awq(plan: Plan) -> tuple[Plan, list[str]]:
 
 def rule_files(directory: Path = RULES_DIR) -> list[str]:
     return sorted(str(p) for p in directory.glob("*.yaml")) if directory.is_dir() else []
+
+
+def slo_rule_file(objectives: Path, workdir: Path) -> str:
+    """The objectives' rules as `glassbox rules --slo` writes them, in `workdir`, every
+    group at the demo's evaluation interval: the budget group's 5 minutes would give a
+    run of a few minutes one or two evaluations, and the overview's attainment none."""
+    groups = slo.rule_groups(slo.read_slo_file(objectives))
+    for group in groups:
+        group.pop("interval", None)
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "slo.rules.yaml"
+    text = f"# The rules of {objectives.name} (glassbox rules --slo), for the demo's Prometheus.\n"
+    path.write_text(text + yaml.safe_dump({"groups": groups}, sort_keys=False, allow_unicode=True))
+    return str(path)
+
+
+def demo_rule_files(workdir: Path, directory: Path = RULES_DIR) -> list[str]:
+    """What the demo's Prometheus loads: glassbox's rule files and the demo's objectives'
+    rules (none without the rule files: a wheel without alerts/)."""
+    rules = rule_files(directory)
+    return [*rules, slo_rule_file(DEMO_SLO, workdir)] if rules else []
 
 
 @contextlib.contextmanager
@@ -162,7 +189,7 @@ def main(argv: Sequence[str], prog: str = "glassbox demo") -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    rules = rule_files()
+    rules = demo_rule_files(out / "prometheus") if not args.no_prometheus else []
     if not rules and not args.no_prometheus:
         notes.append(
             f"glassbox's recording rules were not found ({RULES_DIR}): the dashboards' fleet "

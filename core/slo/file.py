@@ -275,6 +275,8 @@ def parse(data: object, source: str) -> SloFile:
     def problem(where: str, message: str) -> None:
         problems.append(f"{where}: {message}")
 
+    if data is None:
+        raise SloError(["is empty: it needs `objectives`, a list of at least one"], source)
     if not isinstance(data, Mapping):
         raise SloError([f"must be a mapping with `objectives`, not {_kind(data)}"], source)
     for key in data:
@@ -318,6 +320,14 @@ def parse(data: object, source: str) -> SloFile:
     return SloFile(source, tuple(objectives), buckets)
 
 
+#: What an optional key left out means (a key given without a value is refused instead).
+_LEFT_OUT_MEANS = {
+    "model": "every model",
+    "namespace": "every namespace",
+    "window": f"the default {DEFAULT_WINDOW}",
+}
+
+
 def _objective(raw: object, where: str, problem: Any) -> Objective | None:
     if not isinstance(raw, Mapping):
         problem(where, f"must be a mapping, not {_kind(raw)}")
@@ -337,6 +347,13 @@ def _objective(raw: object, where: str, problem: Any) -> Objective | None:
     }
     for key, read in readers.items():
         value = raw.get(key)
+        if value is None and key in raw and key in _LEFT_OUT_MEANS:
+            # `model:` with nothing after it reads as null: never "every model" by accident.
+            problem(
+                f"{where}.{key}",
+                f"given without a value: name one, or leave the key out for {_LEFT_OUT_MEANS[key]}",
+            )
+            continue
         if value is None:
             if key in ("name", "sli", "target"):
                 problem(f"{where}.{key}", "required")
@@ -365,9 +382,12 @@ def _objective(raw: object, where: str, problem: Any) -> Objective | None:
 
 def read_slo_file(path: Path) -> SloFile:
     try:
-        data = yaml.safe_load(path.read_text())
+        with path.open(encoding="utf-8") as stream:  # its name, not "<unicode string>"
+            data = yaml.safe_load(stream)
     except OSError as e:
         raise SloError([f"cannot be read ({e.strerror or e})"], str(path)) from None
+    except UnicodeDecodeError as e:
+        raise SloError([f"not UTF-8 text ({e.reason} at byte {e.start})"], str(path)) from None
     except yaml.YAMLError as e:
         raise SloError([f"not YAML ({e})"], str(path)) from None
     return parse(data, str(path))

@@ -12,6 +12,8 @@ from typing import Any
 import yaml
 from vllm_glassbox.core.slo.file import (
     ERRORS,
+    FAST_BURN,
+    SLOW_BURN,
     Objective,
     SloFile,
     number_text,
@@ -70,6 +72,19 @@ def selector(objective: Objective) -> str:
     return model + (f', namespace="{objective.namespace}"' if objective.namespace else "")
 
 
+def budget_lasts(window_days: int, factor: float) -> str:
+    """How long a whole error budget of `window_days` lasts at a burn above `factor`, as a
+    burn alert says it: 'under 2 days', 'under 2.1 days', 'under 12 hours' (rounded up to
+    a tenth of a day, to an hour below two days; whole numbers, as the chart's template
+    computes it)."""
+    tenths_of_factor = round(factor * 10)
+    tenths = -(-window_days * 100 // tenths_of_factor)  # ceil(days / factor * 10)
+    if tenths < 20:
+        return f"under {-(-window_days * 240 // tenths_of_factor)} hours"
+    days = f"{tenths // 10}" if tenths % 10 == 0 else f"{tenths // 10}.{tenths % 10}"
+    return f"under {days} days"
+
+
 def placeholders(slo: SloFile, objective: Objective) -> dict[str, str]:
     boundary = slo.boundary(objective)
     histogram = objective.histogram
@@ -82,6 +97,8 @@ def placeholders(slo: SloFile, objective: Objective) -> dict[str, str]:
         "@SELECTOR@": selector(objective),
         "@FAMILY@": histogram.name if histogram else "",
         "@LE@": boundary.le if boundary else "",
+        "@FAST_GONE@": budget_lasts(objective.window_days, FAST_BURN),
+        "@SLOW_GONE@": budget_lasts(objective.window_days, SLOW_BURN),
     }
 
 

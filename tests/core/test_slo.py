@@ -435,3 +435,60 @@ def test_a_burn_clause_of_two_factors_is_refused() -> None:
     assert template != slo.template_text()
     with pytest.raises(ValueError, match="VLLMSLOFastBurn: one factor a clause"):
         slo_rules._burn_alerts(yaml.safe_load(template))
+
+
+@pytest.mark.parametrize(
+    ("days", "factor", "said"),
+    [
+        (28, 14.4, "under 2 days"),  # 1.94 days
+        (30, 14.4, "under 2.1 days"),  # 2.08 days: not "under two days"
+        (7, 14.4, "under 12 hours"),  # 11.7 hours
+        (1, 14.4, "under 2 hours"),  # 1.67 hours
+        (28, 6.0, "under 4.7 days"),  # 4.67 days
+        (30, 6.0, "under 5 days"),  # exactly 5: the alert fires above 6×
+        (31, 6.0, "under 5.2 days"),  # 5.17 days: not "under five days"
+        (365, 6.0, "under 60.9 days"),  # 60.83 days
+    ],
+)
+def test_a_burn_alert_says_how_long_the_budget_lasts_at_its_burn(
+    days: int, factor: float, said: str
+) -> None:
+    assert slo.budget_lasts(days, factor) == said
+
+
+@pytest.mark.parametrize("factor", [slo.FAST_BURN, slo.SLOW_BURN])
+def test_the_budgets_time_said_is_never_less_than_it_lasts_for_any_window(factor: float) -> None:
+    # A burn above the factor spends the window's budget in less than window / factor:
+    # what the alert says must be at least that, and at most a tenth of a day (an hour)
+    # more.
+    for days in range(1, slo.MAX_WINDOW_DAYS + 1):
+        said = slo.budget_lasts(days, factor)
+        m = re.fullmatch(r"under ([0-9.]+) (days|hours)", said)
+        assert m is not None, said
+        lasts_hours = days * 24 / factor
+        said_hours = float(m[1]) * (24 if m[2] == "days" else 1)
+        slack = 2.4 if m[2] == "days" else 1.0
+        assert lasts_hours - 1e-9 <= said_hours < lasts_hours + slack, (days, said)
+        assert m[2] == "days" or lasts_hours < 48, (days, said)  # hours below two days only
+
+
+def test_each_burn_alert_says_the_time_of_its_objectives_window() -> None:
+    objectives = slo.parse(
+        {
+            "objectives": [
+                {"name": "month", "sli": "errors", "target": "99%", "window": "30d"},
+                {"name": "week", "sli": "errors", "target": "99%", "window": "7d"},
+            ]
+        },
+        "t.yaml",
+    )
+    said = {
+        (rule["labels"]["slo"], rule["alert"]): " ".join(rule["annotations"]["description"].split())
+        for group in slo.rule_groups(objectives)
+        for rule in group["rules"]
+        if rule.get("alert") in ("VLLMSLOFastBurn", "VLLMSLOSlowBurn")
+    }
+    assert said[("month", "VLLMSLOFastBurn")].endswith("the budget is gone in under 2.1 days.")
+    assert said[("month", "VLLMSLOSlowBurn")].endswith("the budget is gone in under 5 days.")
+    assert said[("week", "VLLMSLOFastBurn")].endswith("the budget is gone in under 12 hours.")
+    assert said[("week", "VLLMSLOSlowBurn")].endswith("the budget is gone in under 28 hours.")

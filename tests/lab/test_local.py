@@ -686,9 +686,15 @@ def test_the_demo_runs_the_exporter_beside_each_server_and_draws_the_dashboards(
         assert (out / "dashboards" / f"{board}.png").read_bytes().startswith(b"\x89PNG")
     assert not any("dashboard" in note for note in results["notes"]), results["notes"]
     assert "not drawn" not in (out / "dashboards" / "index.md").read_text()
-    # The recording rules are loaded: the fleet panels have data too.
+    # The recording rules are loaded: the fleet panels have data too; and the demo's
+    # objectives' rules: the SLO dashboard and the overview's SLO row.
     empty = results["empty_panels"]
     assert "glassbox-decode / Generated tokens per second" not in empty
+    slo_panels = (
+        "glassbox-overview / SLO attainment, worst",
+        "glassbox-slo / Error budget remaining",
+    )
+    assert [p for p in slo_panels if p in empty] == []
     # The stand-in's models are no readable checkpoints and the plan names no peak: those
     # panels are empty, and say why; every empty panel does.
     assert empty["glassbox-decode / Peak memory bandwidth"].startswith("Present only when")

@@ -85,7 +85,9 @@ a threshold below every boundary.
   "@PERIOD@" (default "28d" $o.window)
   "@SELECTOR@" $selector
   "@FAMILY@" $family
-  "@LE@" $le }}
+  "@LE@" $le
+  "@FAST_GONE@" (include "vllm-glassbox.sloBudgetLasts" (list $o 144))
+  "@SLOW_GONE@" (include "vllm-glassbox.sloBudgetLasts" (list $o 60)) }}
 {{- $latency := ternary "latency_native" "latency" (eq $.Values.prometheusRule.histograms "native") }}
 {{- $snippets := get $template.sli (ternary "errors" $latency (eq $o.sli "errors")) }}
 {{- $filled := dict }}
@@ -116,6 +118,18 @@ a threshold below every boundary.
 {{- toYaml (dict "groups" $groups "notes" $notes) }}
 {{- end }}
 
+{{- /* How long an objective's whole budget lasts at a burn above a factor given in tenths
+(144: the fast alert's 14.4×, 60: the slow one's 6×), as core/slo/rules.py's budget_lasts
+says it: rounded up to a tenth of a day, to an hour below two days. */}}
+{{- define "vllm-glassbox.sloBudgetLasts" -}}
+{{- $days := trimSuffix "d" (default "28d" (index . 0).window) | atoi }}
+{{- $factor := index . 1 }}
+{{- $tenths := div (add (mul $days 100) (sub $factor 1)) $factor }}
+{{- if lt $tenths 20 }}under {{ div (add (mul $days 240) (sub $factor 1)) $factor }} hours
+{{- else if eq (mod $tenths 10) 0 }}under {{ div $tenths 10 }} days
+{{- else }}under {{ div $tenths 10 }}.{{ mod $tenths 10 }} days
+{{- end }}
+{{- end }}
 {{- /* The alert names the SLO rules can have (whether or not objectives are given). */}}
 {{- define "vllm-glassbox.sloAlertNames" -}}
 {{- $names := list }}
