@@ -9,7 +9,7 @@
 # usage: scripts/gpu/run_on_h200.sh PARTS_DIR WHEEL OUT STEP
 set -euo pipefail
 parts=$1 wheel=$2 out=$3 step=$4
-site=/tmp/site site2=/tmp/site2 models=/tmp/models
+site=/tmp/site site2=${GLASSBOX_SITE:-/tmp/site2} models=/tmp/models  # GLASSBOX_SITE: another build
 if [ ! -d "$site/vllm" ]; then
   mkdir -p "$site"; cat "$parts"/site.tar.xz.part* | xz -dc | tar -C "$site" -xf -
 fi

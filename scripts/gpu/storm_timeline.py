@@ -10,7 +10,7 @@ Run by hand against a vLLM already serving (never by the suite):
 Every second it reads vLLM's /metrics (the pool's usage, running, waiting, waiting for
 capacity, preemptions), and at each exporter's own poll period that exporter's /findings
 and `glassbox explain --exporter URL --format json` (the command, run in-process through
-its `main`). Bursts of requests come at a rising size (`--profile`: the GPU's 4,096-token
+its `main`). Bursts of requests come at a rising size (`--profile`: the GPU's 2,048-token
 essays, or the CPU build's 1,900 tokens on its 4,096-token pool) until the pool preempts,
 then the traffic stops and the drain is watched for `--tail` seconds (longer than the
 window, so the storm is seen leaving it).
@@ -43,7 +43,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 #: Request sizes of a profile: max_tokens, the bursts' sizes, seconds between bursts.
 PROFILES: dict[str, dict[str, Any]] = {
-    "gpu": {"max_tokens": 4096, "bursts": [4, 8, 16, 16, 32, 32, 64], "every": 4.0},
+    # 108 requests of 2,048 tokens on a 96,016-token pool (one H200, 7B, utilization 0.16):
+    # the pool overflows within the ramp, and ramp, drain and tail fit about five minutes.
+    "gpu": {"max_tokens": 2048, "bursts": [4, 8, 16, 16, 32, 32], "every": 4.0},
     "cpu": {"max_tokens": 1900, "bursts": [2, 3, 4, 6], "every": 6.0},
 }
 PROMPT = "Write an extremely long and detailed essay, number {i}."
