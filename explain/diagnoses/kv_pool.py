@@ -53,7 +53,10 @@ UNTRUSTED = ("hybrid_kv_groups", "no_cache_config_info", "several_servers_behind
 #: What the pool was found to be: the finding, its severity, title, sentence and changes.
 _Judgement = tuple[str, Severity, str, Statement, list[Statement]]
 #: A pool's states, the most urgent first.
-_STATES = ("preemption_storm", "saturated", "full", "filling")
+#: "preempted": preemptions enough for a storm that the polls' gauges did not see full
+#: with requests waiting (a fill shorter than a poll); no alert fires on it, since the
+#: storm's alert reads the same gauges, but requests were recomputed: said, not silent.
+_STATES = ("preemption_storm", "saturated", "preempted", "full", "filling")
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,14 @@ class _Pool:
         return self.fill.value >= SATURATED_FILL and waited
 
     @property
+    def preempted_unseen(self) -> bool:
+        return (
+            self.preempted is not None
+            and self.preempted.value >= STORM_PREEMPTIONS
+            and not self.storm
+        )
+
+    @property
     def full(self) -> bool:
         return self.fill.value >= SATURATED_FILL
 
@@ -108,7 +119,7 @@ class _Pool:
 
     @property
     def state(self) -> str | None:
-        flags = (self.storm, self.saturated, self.full, self.soon)
+        flags = (self.storm, self.saturated, self.preempted_unseen, self.full, self.soon)
         return next((name for name, on in zip(_STATES, flags, strict=True) if on), None)
 
 
@@ -159,6 +170,7 @@ def kv_pool(scene: Scene) -> list[Finding]:
 _RUNBOOK_SECTIONS = {
     "preemption_storm": "vllmpreemptionstorm",
     "saturated": "vllmkvcachesaturated",
+    "preempted": "vllmpreemptionstorm",
     "full": "vllmkvcachesaturated",
     "filling": "vllmkvcacheexhaustionforecast",
 }
@@ -263,6 +275,8 @@ def _judged(scene: Scene, pool: _Pool, assumes: list[str]) -> _Judgement:
     on = _on(pool)
     if pool.state == "preemption_storm":
         return _storm(scene, pool, assumes)
+    if pool.state == "preempted":
+        return _preempted_between_polls(scene, pool, assumes)
     pooled = joined(
         on, say("the KV pool ({capacity} tokens an engine) ran ", capacity=pool.capacity)
     )
@@ -298,32 +312,86 @@ def _judged(scene: Scene, pool: _Pool, assumes: list[str]) -> _Judgement:
     return "filling", "warning", "The KV pool fills", what, []
 
 
-def _storm(scene: Scene, pool: _Pool, assumes: list[str]) -> _Judgement:
-    """vLLM preempting on a full pool while requests wait: when, and what it recomputed."""
-    assert pool.preempted is not None and pool.waiting is not None
-    mean = _mean(scene)
+def _when(scene: Scene, pool: _Pool) -> Statement | None:
+    """', between {first} and {last}, the last {ago} ago, none since': where the source
+    has the preemptions' times."""
     ago = core(derive.seconds_since, pool.last, scene.scope.at, unit="seconds")
-    when = None
-    if pool.first is not None and pool.last is not None and ago is not None:
-        span = (
-            say(", at {last}", last=pool.last)
-            if pool.first.value == pool.last.value
-            else say(", between {first} and {last}", first=pool.first, last=pool.last)
-        )
-        ended = (
-            say(", the last at the latest poll (still preempting)")
-            if ago.value <= 0
-            else say(", the last {ago} ago, none since", ago=ago)
-        )
-        when = joined(span, ended)
-    what = joined(
+    if pool.first is None or pool.last is None or ago is None:
+        return None
+    span = (
+        say(", at {last}", last=pool.last)
+        if pool.first.value == pool.last.value
+        else say(", between {first} and {last}", first=pool.first, last=pool.last)
+    )
+    ended = (
+        say(", the last at the latest poll (still preempting)")
+        if ago.value <= 0
+        else say(", the last {ago} ago, none since", ago=ago)
+    )
+    return joined(span, ended)
+
+
+def _preempted(scene: Scene, pool: _Pool) -> Statement:
+    """'over the {window} window vLLM preempted requests {preempted} times, between …'"""
+    return joined(
         _on(pool),
         say(
             "over the {window} window vLLM preempted requests {preempted} times",
             preempted=pool.preempted,
             window=window(scene),
         ),
-        when,
+        _when(scene, pool),
+    )
+
+
+def _recomputed(scene: Scene, pool: _Pool, assumes: list[str]) -> list[Statement]:
+    """The prompt tokens the preemptions made vLLM compute again, at the mean size."""
+    mean = _mean(scene)
+    recomputed = core(derive.tokens_recomputed_by_preemptions, pool.preempted, mean, unit="tokens")
+    if recomputed is None or mean is None:
+        return []
+    assumes.append("preempted requests had the mean size of the running ones")
+    return [
+        say(
+            "each preemption drops a request's KV cache and prefills it again: at the "
+            "mean request size of {mean} tokens, about {recomputed} tokens were "
+            "computed twice",
+            mean=mean,
+            recomputed=recomputed,
+        )
+    ]
+
+
+def _preempted_between_polls(scene: Scene, pool: _Pool, assumes: list[str]) -> _Judgement:
+    """Preemptions enough for a storm that the gauges did not see: the pool ran full
+    between two polls (vLLM preempts only when a step finds no free block)."""
+    seen = joined(
+        say(
+            "; the polls saw its KV pool ({capacity} tokens an engine) {fill} full at most",
+            capacity=pool.capacity,
+            fill=pool.fill,
+        ),
+        say_if(" ({now} now)", now=pool.now),
+        say(" with up to {waiting} requests waiting for room", waiting=pool.waiting)
+        if pool.waited and pool.waiting is not None
+        else say(" and no request waiting for room"),
+        say(
+            ": vLLM preempts only on a full pool, so it ran full between two polls, too "
+            "briefly for them to see (and for VLLMPreemptionStorm, which reads the same "
+            "gauges, to fire)"
+        ),
+    )
+    what = joined(_preempted(scene, pool), seen)
+    change = _recomputed(scene, pool, assumes)
+    change.append(say("polls closer together (the exporter's --interval) see such a fill"))
+    return "preempted", "warning", "vLLM preempted between polls", what, change
+
+
+def _storm(scene: Scene, pool: _Pool, assumes: list[str]) -> _Judgement:
+    """vLLM preempting on a full pool while requests wait: when, and what it recomputed."""
+    assert pool.preempted is not None and pool.waiting is not None
+    what = joined(
+        _preempted(scene, pool),
         say(
             "; its KV pool ({capacity} tokens an engine) ran {fill} full at most",
             capacity=pool.capacity,
@@ -332,19 +400,7 @@ def _storm(scene: Scene, pool: _Pool, assumes: list[str]) -> _Judgement:
         say_if(" ({now} now)", now=pool.now),
         say(", while up to {waiting} requests waited for room", waiting=pool.waiting),
     )
-    recomputed = core(derive.tokens_recomputed_by_preemptions, pool.preempted, mean, unit="tokens")
-    change = []
-    if recomputed is not None and mean is not None:
-        change.append(
-            say(
-                "each preemption drops a request's KV cache and prefills it again: at the "
-                "mean request size of {mean} tokens, about {recomputed} tokens were "
-                "computed twice",
-                mean=mean,
-                recomputed=recomputed,
-            )
-        )
-        assumes.append("preempted requests had the mean size of the running ones")
+    change = _recomputed(scene, pool, assumes)
     return "preemption_storm", "critical", "The KV pool is full: vLLM preempts", what, change
 
 

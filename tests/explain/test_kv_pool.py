@@ -70,19 +70,52 @@ def test_a_storm_still_running_says_so() -> None:
 
 def test_the_storms_conditions_hold_on_one_engine_together() -> None:
     """Engine 0 full with nobody waiting, engine 1 waiting on a half-full pool: as the
-    alert matches them on the engine, no storm; engine 0 is full (info)."""
+    alert matches them on the engine, no storm; engine 0's preemptions are told as seen
+    between polls (a warning, not the storm's critical)."""
     full = storm_pool(engine="tiny/0", peak_waiting=r(0), peak_waiting_capacity=r(0))
     queued = storm_pool(engine="tiny/1", peak_usage=r(0.5), usage_now=r(0.5))
     f = kv(scene(full, queued))
+    assert f is not None and (f.finding, f.severity) == ("preempted", "warning")
+    assert sentence(f.what).startswith("Engine tiny/0: over the 55.0 s window")
+    none = {"preemptions": r(0), "first_preemption_at": None, "last_preemption_at": None}
+    f = kv(scene(replace(full, **none), replace(queued, **none)))  # type: ignore[arg-type]
     assert f is not None and (f.finding, f.severity) == ("full", "info")
     assert sentence(f.what).startswith("Engine tiny/0: the KV pool")
+
+
+def test_preemptions_the_polls_saw_no_full_pool_for_are_told_not_dropped() -> None:
+    """The H200 storm at 5 s polls: 14 preemptions in 4 s while the polls saw the pool 71 %
+    full at most and nobody waiting. The storm's alert reads the same gauges and stays
+    quiet; explain says what the counter saw, as a warning."""
+    between = storm_pool(
+        peak_usage=r(0.71),
+        usage_now=r(0.0),
+        peak_waiting=r(0),
+        peak_waiting_capacity=r(0),
+        preemptions=r(14),
+        first_preemption_at=r(unix("08:17:35")),
+        last_preemption_at=r(unix("08:17:39")),
+    )
+    f = kv(scene(between, window=60.0))
+    assert f is not None and (f.finding, f.severity) == ("preempted", "warning")
+    assert sentence(f.what) == (
+        "Over the 60.0 s window vLLM preempted requests 14 times, between 08:17:35 and "
+        "08:17:39, the last 17.0 s ago, none since; the polls saw its KV pool (4,096 tokens "
+        "an engine) 71 % full at most (0 % now) and no request waiting for room: vLLM "
+        "preempts only on a full pool, so it ran full between two polls, too briefly for "
+        "them to see (and for VLLMPreemptionStorm, which reads the same gauges, to fire)."
+    )
+    assert f.runbook is not None and f.runbook.endswith("#vllmpreemptionstorm")
+    assert kv(scene(replace(between, preemptions=r(2)))) is None  # under the storm's count
 
 
 def test_two_preemptions_are_no_storm_and_deferred_requests_wait_for_no_room() -> None:
     f = kv(scene(storm_pool(preemptions=r(2))))
     assert f is not None and f.finding == "saturated"
     assert "100 % full at most in 55.0 s (79 % now), with up to 17 requests" in sentence(f.what)
-    deferred = storm_pool(peak_waiting=r(4), peak_waiting_capacity=r(0), peak_waiting_deferred=r(4))
+    deferred = storm_pool(
+        peak_waiting=r(4), peak_waiting_capacity=r(0), peak_waiting_deferred=r(4), preemptions=r(2)
+    )
     f = kv(scene(deferred))
     assert f is not None and f.finding == "full"
 
