@@ -1,6 +1,10 @@
 """The findings' timeline of a storm run (scripts/gpu/storm_timeline.py) as markdown.
 
-    python3 scripts/gpu/storm_timeline_report.py DIR [> DIR/timeline.md]
+    python3 scripts/gpu/storm_timeline_report.py DIR [--rejudge] [> DIR/timeline.md]
+
+`--rejudge` adds, beside each exporter's recorded /findings, the KV pool as this
+checkout's explain judges the same recorded window facts (each poll's `pools`): how a
+change of the diagnosis reads on a storm recorded before it.
 
 First the raw storm from vLLM's pages (first and last preemption, peaks, waiting), then
 how often each source named each kv_pool finding and how often it changed its mind, then
@@ -32,11 +36,64 @@ def _changes(lines: list[dict[str, Any]]) -> int:
     return sum(1 for a, b in itertools.pairwise(said) if a != b)
 
 
-def report(out: Path) -> str:
+def _capacity(lines: list[dict[str, Any]]) -> float | None:
+    """The pool's size in tokens, as the recorded findings quoted it."""
+    sizes = [
+        f["what"]["figures"]["capacity"]["value"]
+        for x in lines
+        for f in x.get("kv_pool", [])
+        if "capacity" in f.get("what", {}).get("figures", {})
+    ]
+    return max(sizes) if sizes else None
+
+
+def rejudged(lines: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each exporter's recorded window facts judged again by this checkout's kv_pool."""
+    from vllm_glassbox.explain.diagnoses.kv_pool import kv_pool
+    from vllm_glassbox.explain.render import sentence
+    from vllm_glassbox.explain.scene import EnginePool, Reading, Scene, Scope
+
+    capacity = _capacity(lines)
+    windows = {e["name"]: e["window"] for e in run["exporters"]}
+    again = []
+    for x in lines:
+        name = x["source"].removeprefix("findings/")
+        if not x["source"].startswith("findings/") or "pools" not in x or capacity is None:
+            continue
+        pools = tuple(
+            EnginePool(
+                engine=p["engine"],
+                **{
+                    k: Reading(v["value"], v["source"]) for k, v in p.items() if k != "engine" and v
+                },
+            )
+            for p in x["pools"]
+        )
+        scope = Scope(
+            "exporter", run["url"], None, run["model"], len(pools), windows[name], x["unix"]
+        )
+        scene = Scene(scope, kv_capacity=Reading(capacity, "recorded findings"), pools=pools)
+        found = [{"finding": f.finding, "what": {"text": sentence(f.what)}} for f in kv_pool(scene)]
+        again.append({**x, "source": f"rejudged/{name}", "kv_pool": found})
+    return again
+
+
+def report(out: Path, rejudge: bool = False) -> str:
     summary = json.loads((out / "summary.json").read_text())
     lines = [json.loads(x) for x in (out / "timeline.jsonl").read_text().splitlines() if x]
+    if rejudge:
+        lines = sorted(lines + rejudged(lines, summary["run"]), key=lambda x: x["t"])
+        for x in lines:
+            if x["source"].startswith("rejudged/"):
+                named = summary["named"].setdefault(x["source"], {})
+                for f in x["kv_pool"] or [{"finding": "(none)"}]:
+                    named[f["finding"]] = named.get(f["finding"], 0) + 1
     sources = sorted(
-        {x["source"] for x in lines if x["source"].startswith(("findings/", "explain/"))}
+        {
+            x["source"]
+            for x in lines
+            if x["source"].startswith(("findings/", "explain/", "rejudged/"))
+        }
     )
     storm, run = summary["storm"], summary["run"]
     text = [
@@ -93,4 +150,4 @@ def report(out: Path) -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(report(Path(sys.argv[1])))
+    sys.stdout.write(report(Path(sys.argv[1]), rejudge="--rejudge" in sys.argv[2:]))
