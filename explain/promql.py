@@ -192,7 +192,8 @@ def pool_queries(sel: Selection) -> dict[str, str]:
     # timestamp() of a plain selector is that sample's own time (not the step's). A
     # subquery's steps are multiples of its step, so each interval of one step holds one:
     # with scrapes at least a step apart every rise is seen once, at its sample's time;
-    # closer scrapes are seen within a step. A restart's first sample is no rise.
+    # closer scrapes are seen within a step. A restart's first sample is no rise; the
+    # window's first sample is compared with the one before the window.
     rose = f"(timestamp({preempted}) and ({preempted} > {preempted} offset {step}))"
     return {
         "pool_usage_peak": over("max_over_time", "vllm:kv_cache_usage_perc"),

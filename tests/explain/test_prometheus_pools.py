@@ -154,7 +154,13 @@ def test_each_engines_pool_is_what_was_scraped(name: str) -> None:
         assert _value(pool.peak_waiting) == f.peak_waiting
         assert _value(pool.peak_waiting_capacity) == f.peak_capacity
         assert _value(pool.peak_waiting_deferred) == f.peak_deferred
-        assert _value(pool.first_preemption_at) == (f.rises[0] if f.rises else None)
+        # The window's first sample is compared with the one before the window, which the
+        # raw samples do not hold: a rise there is Prometheus' (the oracle cannot see it).
+        first = _value(pool.first_preemption_at)
+        if f.samples and first == f.samples[0][0] and first not in f.rises:
+            assert f.samples[0][1] > 0  # the counter had counted before the window
+        else:
+            assert first == (f.rises[0] if f.rises else None)
         assert _value(pool.last_preemption_at) == (f.rises[-1] if f.rises else None)
         if not f.samples:
             assert pool.preemptions is None
