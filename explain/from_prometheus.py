@@ -8,6 +8,10 @@ fleet costs the same few queries as one model), run side by side:
   an average of ratios; the ratios are the derivation core's, over these sums;
 - vLLM's gauges over the window: the fullest pool, the longest queue, the mean running
   requests and used tokens;
+- each engine's pool as the alerts judge it (`pool_queries`, by namespace, job, instance,
+  pod, model_name and engine): the peaks and last values of its gauges, its preemptions'
+  `increase` and times, and its exporter's two forecasts, joined to the engine by what
+  the two targets share (namespace, pod, model_name, engine);
 - the exporters' series (weights, peak bandwidth, the pool in tokens and bytes, the time
   to exhaustion, cold starts, failed polls, unrecognised inputs). The exporter-wide ones
   carry no `model_name`: each is joined to the models its exporter serves through the
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from vllm_glassbox.core import derive, series
 from vllm_glassbox.core import snapshot as s
@@ -32,6 +37,8 @@ from vllm_glassbox.core.prometheus import Prometheus
 from vllm_glassbox.explain.promql import (
     BY,
     COUNTERS,
+    ENGINE_BY,
+    FORECAST_BY,
     Answers,
     Key,
     Selection,
@@ -40,7 +47,7 @@ from vllm_glassbox.explain.promql import (
     queries,
     value_of,
 )
-from vllm_glassbox.explain.scene import Blind, Reading, Scene, Scope, Window
+from vllm_glassbox.explain.scene import Blind, EnginePool, Reading, Scene, Scope, Window
 from vllm_glassbox.explain.slo_records import objectives, with_slo_file
 
 
@@ -187,11 +194,92 @@ def scene_of(answers: Answers, key: Key, sel: Selection, gpu_memory: Reading | N
             else None
         ),
         kv_exhaustion=r("kv_exhaustion", key),
+        pools=pools_of(answers, key),
         spec_configured=bool(answers.by_key("spec").get(key)),
         startup=_startup(answers, key),
         objectives=objectives(answers, key),
         blind=blind,
     )
+
+
+Engine = tuple[str, ...]  # the values of ENGINE_BY's labels, in its order
+_ENGINE = tuple(label.strip() for label in ENGINE_BY.split(","))
+_FORECAST = tuple(label.strip() for label in FORECAST_BY.split(","))
+
+
+def _labels(result: dict[str, Any], names: tuple[str, ...]) -> Engine:
+    return tuple(result["metric"].get(n, "") for n in names)
+
+
+def pools_of(answers: Answers, key: Key) -> tuple[EnginePool, ...]:
+    """Each engine of the model with its usage over the window, as the alerts judge it.
+    An exporter's forecasts join the engine of the vLLM target they share namespace, pod,
+    model and engine with; where several share them (replicas with no `pod`), none."""
+
+    def by_engine(name: str, labels: tuple[str, ...] = _ENGINE) -> dict[Engine, Reading]:
+        out = {}
+        for result in answers.by_key(name).get(key, []):
+            value = value_of(result)
+            if math.isfinite(value):
+                out[_labels(result, labels)] = Reading(value, answers.asked[name])
+        return out
+
+    peak = by_engine("pool_usage_peak")
+    readings = {
+        field: by_engine(name)
+        for field, name in (
+            ("usage_now", "pool_usage_now"),
+            ("peak_running", "pool_running_peak"),
+            ("peak_waiting", "pool_waiting_peak"),
+            ("preemptions", "pool_preemptions"),
+            ("first_preemption_at", "pool_first_preemption"),
+            ("last_preemption_at", "pool_last_preemption"),
+        )
+    }
+    reasons: dict[str, dict[Engine, Reading]] = {"capacity": {}, "deferred": {}}
+    for result in answers.by_key("pool_waiting_by_reason").get(key, []):
+        reason = result["metric"].get("reason", "")
+        if reason in reasons and math.isfinite(value_of(result)):
+            reasons[reason][_labels(result, _ENGINE)] = Reading(
+                value_of(result), answers.asked["pool_waiting_by_reason"]
+            )
+    exhaustion = by_engine("pool_exhaustion", _FORECAST)
+    at_completion = by_engine("pool_at_completion", _FORECAST)
+    shared: dict[Engine, int] = {}
+    for engine in peak:
+        shared[_forecast_key(engine)] = shared.get(_forecast_key(engine), 0) + 1
+    alike = {(e[-2], e[-1]) for e in peak}
+    out = []
+    for engine in sorted(peak):
+        joined = _forecast_key(engine)
+        unique = shared[joined] == 1
+        out.append(
+            EnginePool(
+                engine=_engine_name(engine, several=len(alike) < len(peak)),
+                peak_usage=peak[engine],
+                peak_waiting_capacity=reasons["capacity"].get(engine),
+                peak_waiting_deferred=reasons["deferred"].get(engine),
+                exhaustion_seconds=exhaustion.get(joined) if unique else None,
+                headroom_at_completion=at_completion.get(joined) if unique else None,
+                **{field: values.get(engine) for field, values in readings.items()},
+            )
+        )
+    return tuple(out)
+
+
+def _forecast_key(engine: Engine) -> Engine:
+    labels = dict(zip(_ENGINE, engine, strict=True))
+    return tuple(labels[n] for n in _FORECAST)
+
+
+def _engine_name(engine: Engine, several: bool) -> str:
+    """model/engine, as the exporter names it; with the target where replicas share it."""
+    labels = dict(zip(_ENGINE, engine, strict=True))
+    name = f"{labels['model_name']}/{labels['engine']}"
+    if not several:
+        return name
+    where = labels["pod"] or labels["instance"]
+    return f"{name} of {where}" if where else name
 
 
 def _startup(answers: Answers, key: Key) -> dict[str, Reading]:

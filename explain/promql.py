@@ -37,6 +37,14 @@ COUNTERS = (
     s.SPEC_ACCEPTED,
 )
 BY = "namespace, model_name"
+#: One engine's pool: the alerts' labels (alerts/glassbox-alerts.yaml), and `pod`, which
+#: vLLM's target shares with its exporter's in Kubernetes (the pair's job and instance
+#: differ: two targets) and is empty elsewhere.
+ENGINE_BY = "namespace, job, instance, pod, model_name, engine"
+#: An exporter's engine: what its forecasts share with the vLLM target of that engine.
+FORECAST_BY = "namespace, pod, model_name, engine"
+#: The most steps of the subquery that finds the first and last preemption of a window.
+PREEMPTION_STEPS = 600
 #: The SLO rules' records (glassbox/slo_rules.yaml) an objective is read from.
 SLO_RECORD = "namespace_job_model_name_slo:glassbox_slo_"
 SLO_RECORDS = (
@@ -153,11 +161,58 @@ def queries(sel: Selection) -> dict[str, str]:
         "slo": sel.selector(extra=f'__name__=~"{SLO_RECORD}({"|".join(SLO_RECORDS)}).*"'),
         "slo_alerts": "ALERTS" + sel.selector(extra='alertname=~"VLLMSLO.+", alertstate="firing"'),
     }
+    q |= pool_queries(sel)
     for counter in COUNTERS:
         q[f"increase/{counter}"] = " or ".join(
             f"sum by ({BY}) (increase({name}{m}{w}))" for name in s.exposed_names(counter)
         )
     return q
+
+
+def preemption_step(window_seconds: float) -> float:
+    """The subquery step of the preemptions' times: 1 s, coarser over a long window so
+    that one engine costs at most PREEMPTION_STEPS steps."""
+    return float(max(1, math.ceil(window_seconds / PREEMPTION_STEPS)))
+
+
+def pool_queries(sel: Selection) -> dict[str, str]:
+    """Each engine's pool over the window, as the alerts judge it (one query each, every
+    selected model's engines at once): the peaks and the last values of its gauges, its
+    preemptions counted, when the first and the last came, and its two forecasts."""
+    m, w = sel.selector(), sel.range
+    step = f"{preemption_step(sel.window_seconds):g}s"
+
+    def over(function: str, name: str, by: str = "") -> str:
+        return f"max by ({ENGINE_BY}{by}) ({function}({name}{m}{w}))"
+
+    preempted = f"{s.exposed_names(s.PREEMPTIONS)[0]}{m}"
+    # A rise of the counter, at the sample that showed it. Prometheus 2.42 has no function
+    # giving the time of a sample within a range, so a subquery steps through the window:
+    # at each step the latest sample is compared with the one `step` before, and
+    # timestamp() of a plain selector is that sample's own time (not the step's). A
+    # subquery's steps are multiples of its step, so each interval of one step holds one:
+    # with scrapes at least a step apart every rise is seen once, at its sample's time;
+    # closer scrapes are seen within a step. A restart's first sample is no rise; the
+    # window's first sample is compared with the one before the window.
+    rose = f"(timestamp({preempted}) and ({preempted} > {preempted} offset {step}))"
+    return {
+        "pool_usage_peak": over("max_over_time", "vllm:kv_cache_usage_perc"),
+        "pool_usage_now": over("last_over_time", "vllm:kv_cache_usage_perc"),
+        "pool_running_peak": over("max_over_time", "vllm:num_requests_running"),
+        "pool_waiting_peak": over("max_over_time", "vllm:num_requests_waiting"),
+        "pool_waiting_by_reason": over(
+            "max_over_time", "vllm:num_requests_waiting_by_reason", ", reason"
+        ),
+        # increase, as VLLMPreemptionStorm counts them (extrapolated to the window's ends).
+        "pool_preemptions": f"sum by ({ENGINE_BY}) (increase({preempted}{w}))",
+        "pool_first_preemption": f"min by ({ENGINE_BY}) (min_over_time({rose}{w[:-1]}:{step}]))",
+        "pool_last_preemption": f"max by ({ENGINE_BY}) (max_over_time({rose}{w[:-1]}:{step}]))",
+        # Now, as VLLMKVCacheExhaustionForecast reads them: the exporter's, per engine.
+        "pool_exhaustion": f"min by ({FORECAST_BY}) ({series.KV_EXHAUSTION.name}{m})",
+        "pool_at_completion": (
+            f"min by ({FORECAST_BY}) ({series.KV_HEADROOM_AT_COMPLETION.name}{m})"
+        ),
+    }
 
 
 def key_of(metric: Mapping[str, str]) -> Key:

@@ -55,12 +55,31 @@ def stack_moments(stack: RealStack) -> dict[str, tuple[float, float]]:
     return {name: (round(at, 3), float(math.ceil(since))) for name, (at, since) in moments.items()}
 
 
+#: The series each engine's pool is read from, recorded raw over the window beside the
+#: answers (`raw_samples`): the oracle of tests/explain/test_prometheus_pools.py works the
+#: pools' facts out of them by hand.
+RAW_SERIES = (
+    "vllm:kv_cache_usage_perc",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:num_requests_waiting_by_reason",
+    "vllm:num_preemptions_total",
+)
+
+
+def raw_samples(sel: Selection) -> str:
+    """The range selector of the pools' series over the window: their samples as scraped."""
+    names = "|".join(RAW_SERIES)
+    return sel.selector(extra=f'__name__=~"{names}"') + sel.range
+
+
 def _record(url: str, path: Path, about: dict[str, object], sel: Selection) -> None:
     with RecordingPrometheus(url) as client:
         try:
             read_scenes(client, sel)
         except LookupError as e:  # the recordings of a selection with nothing in it
             about = {**about, "refused": str(e)}
+        client.query(raw_samples(sel), sel.at)
         save(path, about, client)
     print(f"recorded {path.relative_to(REPO)}", file=sys.stderr)
 
