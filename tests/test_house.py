@@ -64,3 +64,15 @@ def test_a_function_is_measured_from_its_def_to_its_last_line() -> None:
     assert long_functions(eighty + longer, 80) == [("longer", 83, 82)]
     assert long_functions(eighty, 79) == [("short", 2, 80)]
     assert long_functions(eighty + longer, 82) == []
+
+
+def test_no_symbolic_link_is_tracked() -> None:
+    """A link committed by accident (a set-up folder linked into a second checkout) replaces
+    the real folder in every checkout that merges it."""
+    import subprocess
+
+    listed = subprocess.run(
+        ["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    links = [line.split("\t", 1)[1] for line in listed.splitlines() if line.startswith("120000")]
+    assert links == []
