@@ -515,7 +515,7 @@ def test_a_bad_gpu_hour_price_is_refused_by_the_schema(price: object, message: s
 
 
 def test_prices_by_model_without_the_model_are_refused_with_the_reason() -> None:
-    with pytest.raises(HelmError, match="set exporter.gpu"):
+    with pytest.raises(HelmError, match=r"set exporter\.gpu"):
         render({"cost": {"gpuHourPrice": {"H200": 3.5}}})
 
 
