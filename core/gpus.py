@@ -59,10 +59,26 @@ def _normalize(name: str) -> str:
     return key
 
 
-def gpu_bandwidth(name: str) -> float:
+def _datasheet_name(name: str) -> str:
+    """The table's name of a GPU by any of its spellings ("" when unknown)."""
     table = {_normalize(k): k for k in GPU_MEMORY_BANDWIDTH}
     key = _normalize(name)
-    key = table.get(key) or _GPU_ALIASES.get(key, "")
+    return table.get(key) or _GPU_ALIASES.get(key, "")
+
+
+def gpu_model_keys(name: str) -> tuple[str, ...]:
+    """The keys a GPU model is known by (a price by model, core/prices.py): its spelling
+    normalized and, where the datasheet table knows it, the table's name normalized
+    ("NVIDIA H100 80GB HBM3" and "H100" both reach "H100SXM")."""
+    keys = [_normalize(name)]
+    known = _datasheet_name(name)
+    if known and _normalize(known) not in keys:
+        keys.append(_normalize(known))
+    return tuple(k for k in keys if k)
+
+
+def gpu_bandwidth(name: str) -> float:
+    key = _datasheet_name(name)
     if key not in GPU_MEMORY_BANDWIDTH:
         known = ", ".join(sorted(GPU_MEMORY_BANDWIDTH))
         raise ValueError(f"unknown GPU {name!r}; known: {known} (or give --gpu-memory-bandwidth)")

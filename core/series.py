@@ -35,16 +35,20 @@ class WindowedSeries(Family):
 
 
 def derivation_context(
-    weights: Weights | None, peak_bandwidth: float | None, tensor_parallel: int
+    weights: Weights | None,
+    peak_bandwidth: float | None,
+    tensor_parallel: int,
+    engine_hourly_cost: float | None = None,
 ) -> Context:
     """What the weight-based series are computed with, for the exporter's page and the
     lab's numbers beside it alike: the bytes one decode step reads (the whole model, or a
     mixture-of-experts model's active weights), one GPU's peak bandwidth and the
-    tensor-parallel size of the layout."""
+    tensor-parallel size of the layout; and what one engine's GPUs cost an hour."""
     return Context(
         weights_bytes=weights.read_per_step if weights else None,
         peak_bandwidth=peak_bandwidth,
         tensor_parallel=tensor_parallel,
+        engine_hourly_cost=engine_hourly_cost,
     )
 
 
@@ -246,6 +250,20 @@ WINDOWED: tuple[WindowedSeries, ...] = (
         "Preemptions per second: Δ num_preemptions_total / window seconds.",
         lambda d, c: derive.preemptions_per_second(d),
     ),
+    _windowed(
+        "glassbox_cost_per_million_generated_tokens",
+        "Cost of a million generated tokens, in the unit of --gpu-hour-price: "
+        "glassbox_engine_hourly_cost × window seconds / 3600 / Δ generation tokens × 10^6 "
+        "(every GPU hour of the window, busy or idle); absent without a price.",
+        lambda d, c: derive.cost_per_million_generated_tokens(d, c.engine_hourly_cost),
+    ),
+    _windowed(
+        "glassbox_cost_per_million_prompt_tokens",
+        "Cost of a million prompt tokens, in the unit of --gpu-hour-price: "
+        "glassbox_engine_hourly_cost × window seconds / 3600 / Δ prompt tokens × 10^6 "
+        "(the same GPU hours over the prompt tokens); absent without a price.",
+        lambda d, c: derive.cost_per_million_prompt_tokens(d, c.engine_hourly_cost),
+    ),
 )
 WINDOW_COVERED = gauge(
     "glassbox_window_covered_seconds",
@@ -258,6 +276,44 @@ POSITION_ACCEPTANCE = Family(
     "gauge",
     "Acceptance at each draft position: Δ accepted_per_pos / Δ drafts.",
     (*ENGINE, "position"),
+    windowed=True,
+)
+
+# --- what the GPU hours cost, per engine (with --gpu-hour-price) --------------------------
+
+GPU_HOUR_PRICE = gauge(
+    "glassbox_gpu_hour_price",
+    "Price of one GPU hour the cost series use (--gpu-hour-price, for --gpu or "
+    "--node-pool); absent without a price.",
+)
+ENGINE_HOURLY_COST = gauge(
+    "glassbox_engine_hourly_cost",
+    "What one engine's GPUs cost an hour: glassbox_gpu_hour_price × tensor-parallel × "
+    "pipeline-parallel size.",
+    ENGINE,
+)
+COST_IDLE = Family(
+    "glassbox_cost_idle_ratio",
+    "gauge",
+    "Share of the GPU hours paid while no request ran: polls with "
+    "vllm:num_requests_running 0 / polls in the window; absent without a price.",
+    ENGINE,
+    windowed=True,
+)
+COST_UNUSED_POOL = Family(
+    "glassbox_cost_unused_pool_ratio",
+    "gauge",
+    "Share of the GPU hours that bought KV room no request used: mean over the window's "
+    "polls of 1 − kv_cache_usage_perc (idle polls count whole); absent without a price.",
+    ENGINE,
+    windowed=True,
+)
+COST_UNUSED_POOL_HOURLY = Family(
+    "glassbox_cost_unused_pool_hourly",
+    "gauge",
+    "What the KV room no request used costs an hour: glassbox_engine_hourly_cost × "
+    "glassbox_cost_unused_pool_ratio.",
+    ENGINE,
     windowed=True,
 )
 
@@ -395,6 +451,11 @@ ALL: tuple[Family, ...] = (
     KV_EXHAUSTION,
     FIRST_PREFILL,
     WARM_PREFILL,
+    GPU_HOUR_PRICE,
+    ENGINE_HOURLY_COST,
+    COST_IDLE,
+    COST_UNUSED_POOL,
+    COST_UNUSED_POOL_HOURLY,
     *disagg.ALL,
     INPUT_UNRECOGNISED,
     FINDING_INFO,

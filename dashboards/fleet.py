@@ -11,6 +11,8 @@ from __future__ import annotations
 from grafanalib.core import Panel
 from vllm_glassbox.dashboards import queries as q
 from vllm_glassbox.dashboards.common import (
+    BYTES,
+    ENGINE_LEGEND,
     NUMBER,
     PER_SECOND,
     RATIO,
@@ -22,7 +24,7 @@ from vllm_glassbox.dashboards.common import (
     timeseries,
 )
 from vllm_glassbox.dashboards.common import dashboard as _dashboard
-from vllm_glassbox.dashboards.exporter_help import per_engine
+from vllm_glassbox.dashboards.exporter_help import help_of, per_engine
 from vllm_glassbox.dashboards.panels import (
     ANY_PREEMPTION,
     KV_THRESHOLDS,
@@ -198,6 +200,125 @@ def fleet_headroom_by_namespace() -> Panel:
     )
 
 
+_MODEL_LEGEND = "{{model_name}} {{namespace}} {{cluster}}"
+_POD_LEGEND = "{{pod}} {{namespace}} {{cluster}}"
+_NO_PRICE = (
+    " Absent without a price: the exporters' --gpu-hour-price (the chart's "
+    "cost.gpuHourPrice), else OpenCost's node cost (docs/cost.md)."
+)
+_NO_DCGM = (
+    " Absent where Prometheus has no dcgm-exporter with its Kubernetes mapping on (docs/cost.md)."
+)
+
+
+def fleet_cost_per_million() -> Panel:
+    return timeseries(
+        "Cost per million tokens per model and namespace",
+        "The model's GPU hours over its tokens: namespace_model_name:vllm_cost_per_million_"
+        "generated_tokens:rate5m, and dashed the same hours over prompt tokens (two "
+        "readings of one cost, not a split), in the price's unit." + _NO_PRICE,
+        [
+            Q(q.COST_PER_MILLION_GENERATED, "generated: " + _MODEL_LEGEND),
+            fleet_q(q.COST_PER_MILLION_PROMPT, "prompt: " + _MODEL_LEGEND),
+        ],
+        NUMBER,
+    )
+
+
+def fleet_cost_per_engine() -> Panel:
+    return timeseries(
+        "Cost per million tokens per engine (the exporters')",
+        per_engine("glassbox_cost_per_million_generated_tokens")
+        + " Dashed: "
+        + help_of("glassbox_cost_per_million_prompt_tokens"),
+        [
+            Q(q.COST_PER_MILLION_GENERATED_ENGINE, "generated: " + ENGINE_LEGEND),
+            fleet_q(q.COST_PER_MILLION_PROMPT_ENGINE, "prompt: " + ENGINE_LEGEND),
+        ],
+        NUMBER,
+    )
+
+
+def fleet_gpu_hourly_cost() -> Panel:
+    return timeseries(
+        "GPU cost an hour, and the KV room no request used",
+        "namespace_model_name:gpu_hourly_cost:sum: what the model's GPUs cost an hour; "
+        "dashed: what the share of its KV pools no request held over the last hour costs "
+        "an hour." + _NO_PRICE,
+        [
+            Q(q.GPU_HOURLY_COST, _MODEL_LEGEND),
+            fleet_q(q.COST_UNUSED_POOL_HOURLY, "unused room: " + _MODEL_LEGEND),
+        ],
+        NUMBER,
+    )
+
+
+def fleet_unused_capacity() -> Panel:
+    return timeseries(
+        "Share of GPU hours no request used, over the hour",
+        "namespace_model_name:vllm_cost_idle:ratio_avg1h: engines with no request "
+        "running; dashed: namespace_model_name:vllm_cost_unused_pool:ratio_avg1h, the "
+        "KV pools' share no request held (idle time counts whole). No price needed.",
+        [
+            Q(q.COST_IDLE_RATIO, "idle: " + _MODEL_LEGEND),
+            fleet_q(q.COST_UNUSED_POOL_RATIO, "unused pool: " + _MODEL_LEGEND),
+        ],
+        RATIO,
+    )
+
+
+def fleet_dram_beside_weight_reads() -> Panel:
+    return timeseries(
+        "DRAM activity beside glassbox's weight reads",
+        "DCGM_FI_PROF_DRAM_ACTIVE of the model's GPUs (namespace_model_name:dcgm_dram_"
+        "active:avg) beside glassbox's weight reads averaged over the model's engines "
+        "(dashed): within 0.10 they agree; DRAM busier means a reader the counters' model "
+        "misses (KV cache reads share that bandwidth)."
+        + _NO_DCGM
+        + " Dashed: "
+        + per_engine("glassbox_memory_bandwidth_utilization_ratio"),
+        [
+            Q(q.DCGM_DRAM_ACTIVE, "DRAM: " + _MODEL_LEGEND),
+            fleet_q(q.WEIGHT_READS_BY_MODEL, "weight reads: " + _MODEL_LEGEND),
+            Q(q.DCGM_SM_ACTIVE, "SM: " + _MODEL_LEGEND),
+        ],
+        RATIO,
+    )
+
+
+def fleet_dram_beyond_weight_reads() -> Panel:
+    return timeseries(
+        "DRAM activity beyond the weight reads",
+        "namespace_model_name:dcgm_dram_active_beyond_weight_reads:avg: near 0 while "
+        "weight reads are the traffic." + _NO_DCGM,
+        [Q(q.DCGM_BEYOND_WEIGHT_READS, _MODEL_LEGEND)],
+        RATIO,
+    )
+
+
+def fleet_gpu_memory_and_power() -> Panel:
+    return timeseries(
+        "GPU memory of each vLLM pod",
+        "namespace_pod:dcgm_fb_bytes:sum (framebuffer used + free: what vLLM budgets "
+        "from) and dashed what is used, summed over the pod's GPUs." + _NO_DCGM,
+        [
+            Q(q.DCGM_FB_BYTES, _POD_LEGEND),
+            fleet_q(q.DCGM_FB_USED_BYTES, "used: " + _POD_LEGEND),
+        ],
+        BYTES,
+    )
+
+
+def fleet_gpu_power() -> Panel:
+    return timeseries(
+        "GPU power of each vLLM pod",
+        "namespace_pod:dcgm_power_usage_watts:sum: DCGM_FI_DEV_POWER_USAGE summed over "
+        "the pod's GPUs, in watts." + _NO_DCGM,
+        [Q(q.DCGM_POWER, _POD_LEGEND)],
+        NUMBER,
+    )
+
+
 dashboard = _dashboard(
     uid="glassbox-fleet",
     title="vLLM glassbox / Fleet",
@@ -232,6 +353,24 @@ dashboard = _dashboard(
                 (fleet_preemptions_by_namespace(), 8),
                 (fleet_waiting_by_namespace(), 8),
                 (fleet_headroom_by_namespace(), 8),
+            ],
+        ),
+        Row(
+            "Cost per model and namespace (docs/cost.md)",
+            [
+                (fleet_cost_per_million(), 6),
+                (fleet_cost_per_engine(), 6),
+                (fleet_gpu_hourly_cost(), 6),
+                (fleet_unused_capacity(), 6),
+            ],
+        ),
+        Row(
+            "The GPU beside vLLM (dcgm-exporter)",
+            [
+                (fleet_dram_beside_weight_reads(), 6),
+                (fleet_dram_beyond_weight_reads(), 6),
+                (fleet_gpu_memory_and_power(), 6),
+                (fleet_gpu_power(), 6),
             ],
         ),
     ],

@@ -119,6 +119,40 @@ KV_REPLICAS_NEEDED = (
     f"namespace_model_name:glassbox_kv_cache_replicas_needed:ratio{{{NAMESPACE_RULE}}}"
 )
 
+# --- cost and the GPU beside vLLM (docs/cost.md): per namespace and model, any job -------
+
+
+def model_rule(record: str) -> str:
+    """A record per namespace and model (vLLM's, the exporters' and others' series)."""
+    return f"{record}{{{NAMESPACE_RULE}}}"
+
+
+COST_PER_MILLION_GENERATED = model_rule(
+    "namespace_model_name:vllm_cost_per_million_generated_tokens:rate5m"
+)
+COST_PER_MILLION_PROMPT = model_rule(
+    "namespace_model_name:vllm_cost_per_million_prompt_tokens:rate5m"
+)
+COST_PER_MILLION_GENERATED_ENGINE = exporter("glassbox_cost_per_million_generated_tokens")
+COST_PER_MILLION_PROMPT_ENGINE = exporter("glassbox_cost_per_million_prompt_tokens")
+GPU_HOURLY_COST = model_rule("namespace_model_name:gpu_hourly_cost:sum")
+COST_UNUSED_POOL_HOURLY = model_rule("namespace_model_name:vllm_cost_unused_pool:hourly_avg1h")
+COST_IDLE_RATIO = model_rule("namespace_model_name:vllm_cost_idle:ratio_avg1h")
+COST_UNUSED_POOL_RATIO = model_rule("namespace_model_name:vllm_cost_unused_pool:ratio_avg1h")
+DCGM_DRAM_ACTIVE = model_rule("namespace_model_name:dcgm_dram_active:avg")
+DCGM_SM_ACTIVE = model_rule("namespace_model_name:dcgm_sm_active:avg")
+DCGM_BEYOND_WEIGHT_READS = model_rule(
+    "namespace_model_name:dcgm_dram_active_beyond_weight_reads:avg"
+)
+WEIGHT_READS_BY_MODEL = (
+    "avg by (namespace, model_name) "
+    f"(glassbox_memory_bandwidth_utilization_ratio{{{NAMESPACE_RULE}}})"
+)
+_POD = PLACE + ', pod=~"$pod"'
+DCGM_FB_BYTES = f"namespace_pod:dcgm_fb_bytes:sum{{{_POD}}}"
+DCGM_FB_USED_BYTES = f"namespace_pod:dcgm_fb_used_bytes:sum{{{_POD}}}"
+DCGM_POWER = f"namespace_pod:dcgm_power_usage_watts:sum{{{_POD}}}"
+
 # --- cold start (from vLLM's log, one series per start) ----------------------------------
 
 # Every start seen over the dashboard's range, for a bar per start.

@@ -23,6 +23,7 @@ from vllm_glassbox.core.gpus import gpu_bandwidth
 from vllm_glassbox.core.helptext import examples
 from vllm_glassbox.core.launchers import AUTO_PREFIX, KNOWN_PREFIXES
 from vllm_glassbox.core.logs import add_log_flags, set_up_logging
+from vllm_glassbox.core.prices import parse_gpu_hour_prices
 from vllm_glassbox.core.units import (
     base_url_problems,
     parse_duration,
@@ -136,6 +137,17 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
         "--gpu-memory-bandwidth",
         metavar="B",
         help="peak memory bandwidth in bytes/s (plain or scientific: 864e9)",
+    )
+    p.add_argument(
+        "--gpu-hour-price",
+        metavar="PRICE",
+        help="price of one GPU hour, for the cost series: 3.5 (or 3.5/h), or by GPU "
+        "model and node pool: H200=3.5,A100=1.8,pool:spot=1.2 (with --gpu, --node-pool)",
+    )
+    p.add_argument(
+        "--node-pool",
+        metavar="NAME",
+        help="the node pool the server runs in, for a --gpu-hour-price by pool:NAME",
     )
     p.add_argument(
         "--kv-link-bandwidth",
@@ -273,6 +285,12 @@ def _model_dir_problems(model_dir: str | None) -> list[str]:
     return []
 
 
+def _gpu_hour_price(args: argparse.Namespace) -> float:
+    """The price of one GPU hour of this server: --gpu-hour-price, for its --gpu and
+    --node-pool."""
+    return parse_gpu_hour_prices(args.gpu_hour_price).for_server(args.gpu, args.node_pool)
+
+
 def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     """Validate every flag; raise ConfigError listing all problems at once."""
     problems: list[str] = []
@@ -305,6 +323,11 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         peak = check("--gpu", gpu_bandwidth, args.gpu)
     elif args.gpu_memory_bandwidth is not None:
         peak = check("--gpu-memory-bandwidth", parse_positive_number, args.gpu_memory_bandwidth)
+    price = None
+    if args.gpu_hour_price is not None:
+        price = check("--gpu-hour-price", lambda _: _gpu_hour_price(args), args.gpu_hour_price)
+    elif args.node_pool is not None:
+        problems.append("--node-pool: chooses a price of --gpu-hour-price, which is not given")
     link = None
     if args.kv_link_bandwidth is not None:
         link = check("--kv-link-bandwidth", parse_positive_number, args.kv_link_bandwidth)
@@ -343,6 +366,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         tensor_parallel=_int_or_none(sizes["--tensor-parallel-size"]),
         pipeline_parallel=_int_or_none(sizes["--pipeline-parallel-size"]),
         metric_prefix=args.metric_prefix,
+        gpu_hour_price=price,
     )
 
 

@@ -13,7 +13,7 @@ fills them with the values of one poll's state. Sample output (abridged):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,8 +24,11 @@ from vllm_glassbox.core.cold_start import ColdStart
 from vllm_glassbox.core.derive import (
     FirstRequests,
     Increase,
+    cost_of_share,
     decode_floor_seconds,
+    engine_hourly_cost,
     first_request_prefill_seconds,
+    idle_ratio,
     kv_cache_blocks,
     kv_cache_exhaustion_seconds,
     kv_cache_free_tokens,
@@ -35,6 +38,7 @@ from vllm_glassbox.core.derive import (
     request_tokens_at_completion,
     spec_position_acceptance,
     startup_stages,
+    unused_pool_ratio,
     warm_request_prefill_seconds,
 )
 from vllm_glassbox.core.disagg_page import KvRole
@@ -104,6 +108,15 @@ class PollState:
     # Each engine's pool over the window (peaks, preemptions and when): computed when the
     # findings ask for them.
     pool_window: PoolWindow | None = None
+    # The price of one GPU hour (--gpu-hour-price), and each engine's readings of running
+    # requests and KV usage in the window's polls: the cost series.
+    gpu_hour_price: float | None = None
+    running_readings: Mapping[EngineKey, Sequence[float]] = field(default_factory=dict)
+    kv_usage_readings: Mapping[EngineKey, Sequence[float]] = field(default_factory=dict)
+
+    def engine_hourly_cost(self) -> float | None:
+        """What one engine's GPUs cost an hour (TP × PP of them), None without a price."""
+        return engine_hourly_cost(self.gpu_hour_price, self.layout.tensor, self.layout.pipeline)
 
 
 def _engine_labels(key: EngineKey) -> list[str]:
@@ -125,9 +138,11 @@ def derived_families(state: PollState) -> list[Metric]:
     """The series computed from vLLM's counters; empty while the target is down."""
     if not state.up or state.snapshot is None:
         return []
-    context = series.derivation_context(state.weights, state.peak_bandwidth, state.layout.tensor)
+    hourly = state.engine_hourly_cost()
+    tensor = state.layout.tensor
+    context = series.derivation_context(state.weights, state.peak_bandwidth, tensor, hourly)
     # An engine of another model than the weights' has no weight-based series.
-    unweighted = series.derivation_context(None, state.peak_bandwidth, state.layout.tensor)
+    unweighted = series.derivation_context(None, state.peak_bandwidth, tensor, hourly)
     window = state.window_seconds
     increases = sorted(state.increases.items())
     families: list[Metric] = []
@@ -240,6 +255,29 @@ def kv_headroom_families(state: PollState) -> list[Metric]:
             seconds = kv_cache_exhaustion_seconds(left, growth.tokens, growth.seconds)
             _add(exhaustion, labels, seconds)
     return [free, headroom, at_completion, exhaustion]
+
+
+def cost_families(state: PollState) -> list[Metric]:
+    """The price, each engine's GPUs' cost an hour, and the share of it no request used
+    (the cost per million tokens is among the windowed series); none without a price."""
+    hourly = state.engine_hourly_cost()
+    if state.gpu_hour_price is None or hourly is None:
+        return []
+    families: list[Metric] = [series.GPU_HOUR_PRICE.single(state.gpu_hour_price)]
+    if not state.up or state.snapshot is None:
+        return families
+    cost = series.ENGINE_HOURLY_COST.new()
+    idle = series.COST_IDLE.new(state.window_seconds)
+    unused = series.COST_UNUSED_POOL.new(state.window_seconds)
+    unused_hourly = series.COST_UNUSED_POOL_HOURLY.new(state.window_seconds)
+    for key in sorted(state.snapshot.engines):
+        labels = _engine_labels(key)
+        cost.add_metric(labels, hourly)
+        _add(idle, labels, idle_ratio(state.running_readings.get(key, ())))
+        share = unused_pool_ratio(state.kv_usage_readings.get(key, ()))
+        _add(unused, labels, share)
+        _add(unused_hourly, labels, cost_of_share(hourly, share))
+    return [*families, cost, idle, unused, unused_hourly]
 
 
 def first_request_families(state: PollState) -> list[Metric]:
@@ -364,6 +402,7 @@ def poll_families(state: PollState) -> list[Metric]:
         + startup_families(state)
         + kv_headroom_families(state)
         + first_request_families(state)
+        + cost_families(state)
         + disaggregated_families(state)
         + unrecognised_families(state)
     )

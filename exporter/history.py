@@ -165,6 +165,21 @@ class History:
         horizon = self._entries[-1].at - self.window_seconds - 1e-9
         return PoolWindow([e for e in self._entries if e.at >= horizon], self.window_seconds)
 
+    def gauge_readings(self, name: str) -> dict[EngineKey, list[float]]:
+        """Each engine's readings of gauge `name` in the polls of the
+        window ending at the latest poll, oldest first; an engine needs two."""
+        if len(self._entries) < 2:
+            return {}
+        horizon = self._entries[-1].at - self.window_seconds
+        out: dict[EngineKey, list[float]] = {}
+        for entry in self._entries:
+            if entry.at < horizon - 1e-9:
+                continue
+            for key, gauges in entry.gauges.items():
+                if name in gauges:
+                    out.setdefault(key, []).append(gauges[name])
+        return {key: values for key, values in out.items() if len(values) >= 2}
+
     def forget(self) -> None:
         """Every poll and the process they came from: the next poll starts afresh."""
         self._entries.clear()

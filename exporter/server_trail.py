@@ -14,6 +14,11 @@ from collections import deque
 
 #: The shape flagged in glassbox_input_unrecognised{source="page"}.
 SEVERAL_SERVERS = "several_servers_behind_the_target"
+SEVERAL_SERVERS_SHOWN = (
+    "pages from several vLLM processes in turn (process start times or counters switch "
+    "back and forth): --target names a Service in front of replicas? Point each exporter "
+    "at one vLLM (a sidecar); no rate is published meanwhile"
+)
 #: Polls the flag stays up after the last sign, so a Service that happens to pick the
 #: same replica twice does not clear it.
 KEEP_FLAGGED = 6

@@ -30,6 +30,8 @@ from vllm_glassbox.core.layout import ParallelLayout, resolve_layout
 from vllm_glassbox.core.snapshot import (
     ENGINE_STEPS,
     FILTERED_PAGE_PATH,
+    KV_USAGE,
+    RUNNING,
     EngineKey,
     Snapshot,
     first_cache,
@@ -51,7 +53,7 @@ from vllm_glassbox.exporter.first_requests import FirstRequestsWatch
 from vllm_glassbox.exporter.history import History
 from vllm_glassbox.exporter.model_watch import ModelWatch
 from vllm_glassbox.exporter.server import Answer, MetricsServer
-from vllm_glassbox.exporter.server_trail import SEVERAL_SERVERS, ServerTrail
+from vllm_glassbox.exporter.server_trail import SEVERAL_SERVERS, SEVERAL_SERVERS_SHOWN, ServerTrail
 from vllm_glassbox.exporter.state_log import StateLog
 from vllm_glassbox.exporter.webconfig import WebConfigSource
 
@@ -85,13 +87,7 @@ class ExporterConfig:
     # What vLLM's names start with on the page: "auto" (the one known prefix it shows),
     # or one given (`ray_vllm_` behind Ray Serve LLM).
     metric_prefix: str = "auto"
-
-
-SEVERAL_SERVERS_SHOWN = (
-    "pages from several vLLM processes in turn (process start times or counters switch "
-    "back and forth): --target names a Service in front of replicas? Point each exporter "
-    "at one vLLM (a sidecar); no rate is published meanwhile"
-)
+    gpu_hour_price: float | None = None  # of one GPU, for --gpu or --node-pool
 
 
 def _steps_per_api_server(
@@ -361,6 +357,9 @@ class Poller:
             kv_hybrid_in_log=facts.hybrid_kv if facts else False,
             kv_role_in_log=facts.kv_role if facts else None,
             kv_link_bandwidth=self.config.kv_link_bandwidth,
+            gpu_hour_price=self.config.gpu_hour_price,
+            running_readings=self.history.gauge_readings(RUNNING) if up else {},
+            kv_usage_readings=self.history.gauge_readings(KV_USAGE) if up else {},
         )
         self.told.shapes(unrecognised_inputs(state))
         # One reference swap: a scrape sees the previous publication or this one, whole.

@@ -18,6 +18,8 @@ One module per concern, each standing only on the ones above it here:
 - `startup`: cold start, and the first requests after it
 - `disaggregation`: prompt tokens by source, KV transfers between a producer and a
   consumer, the adapters' deferred waits, and their what-ifs
+- `cost`: what GPU hours buy: cost per million tokens, idle time and an empty pool priced
+- `telemetry`: the GPU's own counters (DCGM, nvidia-smi) beside glassbox's figures
 
 Every public name is importable from the package, as callers use it
 (`from vllm_glassbox.core import derive; derive.ratio`, or
@@ -52,6 +54,19 @@ from vllm_glassbox.core.derive.bandwidth import (
     weight_read_bandwidth_per_gpu,
     weights_at_bits,
     weights_from_log,
+)
+from vllm_glassbox.core.derive.cost import (
+    PER_MILLION,
+    SECONDS_PER_HOUR,
+    cost_of_share,
+    cost_over,
+    cost_per_million_generated_tokens,
+    cost_per_million_prompt_tokens,
+    cost_per_million_tokens,
+    cost_per_million_tokens_at_step,
+    engine_hourly_cost,
+    idle_ratio,
+    unused_pool_ratio,
 )
 from vllm_glassbox.core.derive.disaggregation import (
     adapters_over_budget,
@@ -154,11 +169,25 @@ from vllm_glassbox.core.derive.startup import (
     warm_request_prefill_seconds,
     weights_load_seconds,
 )
+from vllm_glassbox.core.derive.telemetry import (
+    BANDWIDTH_AGREEMENT_TOLERANCE,
+    MIB,
+    BandwidthCheck,
+    bandwidth_check,
+    gpu_memory_from_framebuffer,
+    mean_of,
+    percent_as_ratio,
+)
 
 __all__ = [
+    "BANDWIDTH_AGREEMENT_TOLERANCE",
     "KV_EXHAUSTION_WARNING_SECONDS",
     "KV_POOL_FULL",
+    "MIB",
+    "PER_MILLION",
+    "SECONDS_PER_HOUR",
     "STARTUP_STAGES",
+    "BandwidthCheck",
     "Context",
     "FirstRequests",
     "Increase",
@@ -167,7 +196,14 @@ __all__ = [
     "active_weights",
     "active_weights_of",
     "adapters_over_budget",
+    "bandwidth_check",
     "burn_rate",
+    "cost_of_share",
+    "cost_over",
+    "cost_per_million_generated_tokens",
+    "cost_per_million_prompt_tokens",
+    "cost_per_million_tokens",
+    "cost_per_million_tokens_at_step",
     "counter_increase",
     "counters_restarted",
     "cpu_seconds_per_second",
@@ -176,13 +212,16 @@ __all__ = [
     "decode_step_on_line",
     "decode_tokens",
     "deferred_share_of_waiting",
+    "engine_hourly_cost",
     "engine_sleeping",
     "engine_steps_per_second",
     "engines_together",
     "error_budget_remaining",
     "first_request_prefill_seconds",
     "generation_tokens_per_second",
+    "gpu_memory_from_framebuffer",
     "gpu_memory_utilization_for",
+    "idle_ratio",
     "increase_between",
     "inter_token_latency",
     "kv_cache_blocks",
@@ -214,10 +253,12 @@ __all__ = [
     "kv_transfer_seconds",
     "locally_prefilled_tokens_per_second",
     "marginal_weight_read_bandwidth",
+    "mean_of",
     "mean_queue_seconds",
     "memory_bandwidth_utilization",
     "model_load_bytes_per_second",
     "moment_before",
+    "percent_as_ratio",
     "physically_possible",
     "prediction_error",
     "preemptions_per_second",
@@ -255,6 +296,7 @@ __all__ = [
     "tokens_per_engine_step",
     "tokens_per_forward_pass",
     "tokens_recomputed_by_preemptions",
+    "unused_pool_ratio",
     "warm_request_prefill_seconds",
     "weight_bytes_per_output_token",
     "weight_read_bandwidth_per_gpu",

@@ -24,6 +24,8 @@ class Context:
     weights_bytes: float | None = None
     peak_bandwidth: float | None = None  # of one GPU
     tensor_parallel: int = 1
+    #: What one engine's GPUs cost an hour (`cost.engine_hourly_cost`); None: no price.
+    engine_hourly_cost: float | None = None
 
 
 def weights_from_log(by_engine: Mapping[str, Sequence[float]], shards: int) -> float | None:

@@ -479,6 +479,46 @@ def test_exporter_mode_renders_one_exporter_per_target() -> None:
     assert not any(arg.startswith("--kv-link-bandwidth") for arg in args_a)
 
 
+def _exporter_args(values: dict[str, Any]) -> list[str]:
+    spec = _deployment(render(values))["spec"]["template"]["spec"]
+    return list(container_named(spec, "glassbox")["args"])
+
+
+@pytest.mark.parametrize(
+    ("cost", "flags"),
+    [
+        ({}, []),
+        ({"gpuHourPrice": 3.5}, ["--gpu-hour-price=3.5"]),
+        ({"gpuHourPrice": 2}, ["--gpu-hour-price=2"]),
+        ({"gpuHourPrice": "3.5/h"}, ["--gpu-hour-price=3.5/h"]),
+        (
+            {"gpuHourPrice": {"H200": 3.5, "A100": 1.8, "pool:spot": 1.2}, "nodePool": "spot"},
+            ["--gpu-hour-price=A100=1.8,H200=3.5,pool:spot=1.2", "--node-pool=spot"],
+        ),
+    ],
+)
+def test_the_gpu_hour_price_reaches_the_exporter_as_its_flag(
+    cost: dict[str, Any], flags: list[str]
+) -> None:
+    args = _exporter_args({"cost": cost, "exporter": {"gpu": "H200"}})
+    assert [a for a in args if a.startswith(("--gpu-hour-price", "--node-pool"))] == flags
+
+
+@pytest.mark.parametrize(
+    ("price", "message"),
+    [(-1, "gpuHourPrice"), ("3.5/min", "gpuHourPrice"), ("cheap", "gpuHourPrice"),
+     ({"H200": -2}, "gpuHourPrice"), ({"H200": "per_second"}, "gpuHourPrice")],
+)  # fmt: skip
+def test_a_bad_gpu_hour_price_is_refused_by_the_schema(price: object, message: str) -> None:
+    with pytest.raises(HelmError, match=message):
+        render({"cost": {"gpuHourPrice": price}})
+
+
+def test_prices_by_model_without_the_model_are_refused_with_the_reason() -> None:
+    with pytest.raises(HelmError, match=r"set exporter\.gpu"):
+        render({"cost": {"gpuHourPrice": {"H200": 3.5}}})
+
+
 def test_the_network_policy_admits_prometheus_to_the_exporter_and_clients_to_vllm() -> None:
     rendered = rendered_ci("sidecar-values.yaml", "1.30.0")
     [policy] = rendered.of_kind("NetworkPolicy")

@@ -280,6 +280,7 @@ def _exporter_families(tmp_path: Path) -> dict[str, str]:
             kv_link_bandwidth=1e9,
             vllm_log=str(log),
             interval_seconds=1.0,
+            gpu_hour_price=3.5,
         )
         poller = Poller(config)
         # Three polls: the warm prefill mean needs requests after the first ones.

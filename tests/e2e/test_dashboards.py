@@ -32,6 +32,27 @@ NOT_ON_THE_STACK = {
     "nothing runs then, so no server is out of headroom",
     ("Firing alerts per namespace", "A"): "every alert waits minutes (`for:` 3 to 15 m) or "
     "needs a restart or an earlier start; the stack's flood lasts under a minute",
+    # No price on the stack: its exporter runs without --gpu-hour-price, and no OpenCost.
+    **{
+        (title, ref): "no price of a GPU hour on the stack (no --gpu-hour-price, no OpenCost)"
+        for title, refs in (
+            ("Cost per million tokens per model and namespace", "AB"),
+            ("Cost per million tokens per engine (the exporters')", "AB"),
+            ("GPU cost an hour, and the KV room no request used", "AB"),
+        )
+        for ref in refs
+    },
+    # No GPU on the stack, so no dcgm-exporter.
+    **{
+        (title, ref): "no GPU on the stack: no dcgm-exporter"
+        for title, refs in (
+            ("DRAM activity beside glassbox's weight reads", "AC"),
+            ("DRAM activity beyond the weight reads", "A"),
+            ("GPU memory of each vLLM pod", "AB"),
+            ("GPU power of each vLLM pod", "A"),
+        )
+        for ref in refs
+    },
 }
 # Dashboards of what the stack is not: it runs one vLLM server, with no KV connector and no
 # adapters. Their queries answer without error here and may have data (a server's prompt

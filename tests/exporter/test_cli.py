@@ -551,7 +551,7 @@ def test_docs_name_every_flag() -> None:
         for flag in action.option_strings
         if flag.startswith("--") and flag != "--help"
     ]
-    assert len(flags) == 23
+    assert len(flags) == 25
     missing = [flag for flag in flags if f"| `{flag}" not in text]
     assert missing == []
 

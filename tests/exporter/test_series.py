@@ -47,6 +47,7 @@ def everything_known() -> PollState:
         s.REQUEST_PROMPT_COUNT: 1.0,
         s.REQUEST_OUTPUT_SUM: 10.0,
         s.REQUEST_OUTPUT_COUNT: 1.0,
+        s.PROMPT_TOKENS: 8.0,
         kv.PROMPT_FROM + "local_compute": 2.0,
         kv.PROMPT_FROM + "external_kv_transfer": 6.0,
         kv.KV_TRANSFER_SECONDS: 1.0,
@@ -96,6 +97,9 @@ def everything_known() -> PollState:
         kv_pools=kv_pools(snapshot, 128),
         log_unrecognised={"unknown_process_prefix": "(launcher job=1) INFO 01-01 00:00:00 …"},
         kv_link_bandwidth=10.0,
+        gpu_hour_price=3.5,
+        running_readings={key: (0.0, 2.0)},
+        kv_usage_readings={key: (0.0, 0.5)},
     )
 
 

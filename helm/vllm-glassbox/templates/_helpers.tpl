@@ -175,6 +175,16 @@ lies on the weights volume. */}}
 {{- end }}
 
 {{/*
+cost.gpuHourPrice as --gpu-hour-price reads it: a price, or NAME=PRICE,... in name order.
+*/}}
+{{- define "vllm-glassbox.gpuHourPrice" -}}
+{{- if kindIs "map" . }}
+{{- $items := list }}{{- range $name := keys . | sortAlpha }}{{ $items = append $items (printf "%s=%s" $name (include "vllm-glassbox.scalar" (index $ $name))) }}{{ end }}
+{{- join "," $items }}
+{{- else }}{{ include "vllm-glassbox.scalar" . }}{{ end }}
+{{- end }}
+
+{{/*
 The exporter's args. Call with (dict "root" $ "target" URL "t" TARGET-OVERRIDES "secrets"
 EXPORTER-SECRETS), the last from vllm-glassbox.exporterSecrets.
 */}}
@@ -189,6 +199,9 @@ EXPORTER-SECRETS), the last from vllm-glassbox.exporterSecrets.
 {{- if $gpu }}{{ $args = append $args (printf "--gpu=%s" $gpu) }}
 {{- else if $bandwidth }}{{ $args = append $args (printf "--gpu-memory-bandwidth=%s" (include "vllm-glassbox.scalar" $bandwidth)) }}
 {{- end }}
+{{- $cost := .root.Values.cost }}
+{{- if ne (toString $cost.gpuHourPrice) "" }}{{ $args = append $args (printf "--gpu-hour-price=%s" (include "vllm-glassbox.gpuHourPrice" $cost.gpuHourPrice)) }}{{ end }}
+{{- with $cost.nodePool }}{{ $args = append $args (printf "--node-pool=%s" .) }}{{ end }}
 {{- with (default $e.kvLinkBandwidth $t.kvLinkBandwidth) }}{{ $args = append $args (printf "--kv-link-bandwidth=%s" (include "vllm-glassbox.scalar" .)) }}{{ end }}
 {{- range (concat .secrets.args $e.extraArgs (default list $t.extraArgs)) }}{{ $args = append $args . }}{{ end }}
 {{- toJson $args }}
