@@ -39,6 +39,7 @@ from vllm_glassbox.explain.promql import (
     COUNTERS,
     ENGINE_BY,
     FORECAST_BY,
+    GPU_BY,
     Answers,
     Key,
     Selection,
@@ -194,6 +195,8 @@ def scene_of(answers: Answers, key: Key, sel: Selection, gpu_memory: Reading | N
             else None
         ),
         kv_exhaustion=r("kv_exhaustion", key),
+        **_gpu(answers, key),
+        hourly_cost=r("hourly_cost", key),
         pools=pools_of(answers, key),
         spec_configured=bool(answers.by_key("spec").get(key)),
         startup=_startup(answers, key),
@@ -205,6 +208,7 @@ def scene_of(answers: Answers, key: Key, sel: Selection, gpu_memory: Reading | N
 Engine = tuple[str, ...]  # the values of ENGINE_BY's labels, in its order
 _ENGINE = tuple(label.strip() for label in ENGINE_BY.split(","))
 _FORECAST = tuple(label.strip() for label in FORECAST_BY.split(","))
+_GPU = tuple(label.strip() for label in GPU_BY.split(","))
 
 
 def _labels(result: dict[str, Any], names: tuple[str, ...]) -> Engine:
@@ -280,6 +284,25 @@ def _engine_name(engine: Engine, several: bool) -> str:
         return name
     where = labels["pod"] or labels["instance"]
     return f"{name} of {where}" if where else name
+
+
+def _gpu(answers: Answers, key: Key) -> dict[str, Reading | None]:
+    """dcgm-exporter's readings of the model's GPUs: the framebuffer used and free of one
+    GPU (the first, by its labels, showing both), and DRAM activity over the window."""
+    used = {_labels(r, _GPU): r for r in answers.by_key("dcgm_fb_used").get(key, [])}
+    free = {_labels(r, _GPU): r for r in answers.by_key("dcgm_fb_free").get(key, [])}
+    out: dict[str, Reading | None] = {
+        "dcgm_fb_used": None,
+        "dcgm_fb_free": None,
+        "dcgm_dram_active": answers.reading("dcgm_dram_active", key),
+    }
+    for gpu in sorted(used.keys() & free.keys()):
+        pair = value_of(used[gpu]), value_of(free[gpu])
+        if all(math.isfinite(v) for v in pair):
+            out["dcgm_fb_used"] = Reading(pair[0], answers.asked["dcgm_fb_used"])
+            out["dcgm_fb_free"] = Reading(pair[1], answers.asked["dcgm_fb_free"])
+            break
+    return out
 
 
 def _startup(answers: Answers, key: Key) -> dict[str, Reading]:
