@@ -154,6 +154,7 @@ def scene_of(answers: Answers, key: Key, sel: Selection, gpu_memory: Reading | N
     versions = answers.by_key("version").get(key, [])
     active = r("active_weights", key)
     blind = _blind(answers, key, sel)
+    framebuffer = _framebuffer(answers, key)
     return Scene(
         Scope(
             source="prometheus",
@@ -195,7 +196,9 @@ def scene_of(answers: Answers, key: Key, sel: Selection, gpu_memory: Reading | N
             else None
         ),
         kv_exhaustion=r("kv_exhaustion", key),
-        **_gpu(answers, key),
+        dcgm_fb_used=framebuffer[0],
+        dcgm_fb_free=framebuffer[1],
+        dcgm_dram_active=r("dcgm_dram_active", key),
         hourly_cost=r("hourly_cost", key),
         pools=pools_of(answers, key),
         spec_configured=bool(answers.by_key("spec").get(key)),
@@ -286,23 +289,19 @@ def _engine_name(engine: Engine, several: bool) -> str:
     return f"{name} of {where}" if where else name
 
 
-def _gpu(answers: Answers, key: Key) -> dict[str, Reading | None]:
-    """dcgm-exporter's readings of the model's GPUs: the framebuffer used and free of one
-    GPU (the first, by its labels, showing both), and DRAM activity over the window."""
+def _framebuffer(answers: Answers, key: Key) -> tuple[Reading | None, Reading | None]:
+    """dcgm-exporter's framebuffer used and free (MiB) of one GPU of the model's pods: the
+    first, by its labels, showing both."""
     used = {_labels(r, _GPU): r for r in answers.by_key("dcgm_fb_used").get(key, [])}
     free = {_labels(r, _GPU): r for r in answers.by_key("dcgm_fb_free").get(key, [])}
-    out: dict[str, Reading | None] = {
-        "dcgm_fb_used": None,
-        "dcgm_fb_free": None,
-        "dcgm_dram_active": answers.reading("dcgm_dram_active", key),
-    }
     for gpu in sorted(used.keys() & free.keys()):
         pair = value_of(used[gpu]), value_of(free[gpu])
         if all(math.isfinite(v) for v in pair):
-            out["dcgm_fb_used"] = Reading(pair[0], answers.asked["dcgm_fb_used"])
-            out["dcgm_fb_free"] = Reading(pair[1], answers.asked["dcgm_fb_free"])
-            break
-    return out
+            return (
+                Reading(pair[0], answers.asked["dcgm_fb_used"]),
+                Reading(pair[1], answers.asked["dcgm_fb_free"]),
+            )
+    return None, None
 
 
 def _startup(answers: Answers, key: Key) -> dict[str, Reading]:
