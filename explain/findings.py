@@ -35,6 +35,7 @@ Unit = Literal[
     "factor",  # tokens per pass, a cost in plain steps: 3 significant digits
     "times",  # a speed-up: 3.4×
     "clock",  # a moment, unix seconds: shown as the time of day (UTC)
+    "cost",  # in the unit of the GPU-hour price (it has no currency): 3 significant digits
 ]
 
 

@@ -39,6 +39,7 @@ from vllm_glassbox.explain.promql import (
     COUNTERS,
     ENGINE_BY,
     FORECAST_BY,
+    GPU_BY,
     Answers,
     Key,
     Selection,
@@ -153,6 +154,7 @@ def scene_of(answers: Answers, key: Key, sel: Selection, gpu_memory: Reading | N
     versions = answers.by_key("version").get(key, [])
     active = r("active_weights", key)
     blind = _blind(answers, key, sel)
+    framebuffer = _framebuffer(answers, key)
     return Scene(
         Scope(
             source="prometheus",
@@ -194,6 +196,10 @@ def scene_of(answers: Answers, key: Key, sel: Selection, gpu_memory: Reading | N
             else None
         ),
         kv_exhaustion=r("kv_exhaustion", key),
+        dcgm_fb_used=framebuffer[0],
+        dcgm_fb_free=framebuffer[1],
+        dcgm_dram_active=r("dcgm_dram_active", key),
+        hourly_cost=r("hourly_cost", key),
         pools=pools_of(answers, key),
         spec_configured=bool(answers.by_key("spec").get(key)),
         startup=_startup(answers, key),
@@ -205,6 +211,7 @@ def scene_of(answers: Answers, key: Key, sel: Selection, gpu_memory: Reading | N
 Engine = tuple[str, ...]  # the values of ENGINE_BY's labels, in its order
 _ENGINE = tuple(label.strip() for label in ENGINE_BY.split(","))
 _FORECAST = tuple(label.strip() for label in FORECAST_BY.split(","))
+_GPU = tuple(label.strip() for label in GPU_BY.split(","))
 
 
 def _labels(result: dict[str, Any], names: tuple[str, ...]) -> Engine:
@@ -280,6 +287,21 @@ def _engine_name(engine: Engine, several: bool) -> str:
         return name
     where = labels["pod"] or labels["instance"]
     return f"{name} of {where}" if where else name
+
+
+def _framebuffer(answers: Answers, key: Key) -> tuple[Reading | None, Reading | None]:
+    """dcgm-exporter's framebuffer used and free (MiB) of one GPU of the model's pods: the
+    first, by its labels, showing both."""
+    used = {_labels(r, _GPU): r for r in answers.by_key("dcgm_fb_used").get(key, [])}
+    free = {_labels(r, _GPU): r for r in answers.by_key("dcgm_fb_free").get(key, [])}
+    for gpu in sorted(used.keys() & free.keys()):
+        pair = value_of(used[gpu]), value_of(free[gpu])
+        if all(math.isfinite(v) for v in pair):
+            return (
+                Reading(pair[0], answers.asked["dcgm_fb_used"]),
+                Reading(pair[1], answers.asked["dcgm_fb_free"]),
+            )
+    return None, None
 
 
 def _startup(answers: Answers, key: Key) -> dict[str, Reading]:

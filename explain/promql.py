@@ -162,11 +162,49 @@ def queries(sel: Selection) -> dict[str, str]:
         "slo_alerts": "ALERTS" + sel.selector(extra='alertname=~"VLLMSLO.+", alertstate="firing"'),
     }
     q |= pool_queries(sel)
+    q |= gpu_queries(sel)
     for counter in COUNTERS:
         q[f"increase/{counter}"] = " or ".join(
             f"sum by ({BY}) (increase({name}{m}{w}))" for name in s.exposed_names(counter)
         )
     return q
+
+
+#: A GPU's labels in dcgm-exporter's series that tell one GPU from another.
+GPU_BY = "namespace, pod, model_name, Hostname, gpu, UUID"
+
+
+def _pods_join(sel: Selection) -> str:
+    """Multiplying one of dcgm-exporter's series by this gives each GPU the model_name of
+    the vLLM pod using it, as the rules join them: on (namespace, pod) (dcgm-exporter's
+    Kubernetes mapping labels a GPU with the pod and namespace using it)."""
+    running = f"vllm:num_requests_running{sel.selector()}{sel.range}"
+    return (
+        " * on (namespace, pod) group_left (model_name) "
+        f"group by (namespace, pod, model_name) (last_over_time({running}))"
+    )
+
+
+def gpu_queries(sel: Selection) -> dict[str, str]:
+    """The GPU beside vLLM and its price, for every selected model at once: each GPU's
+    framebuffer used and free at the window's end (one GPU's pair, by its labels), DRAM
+    activity over the window (the model's GPUs' mean), and the engines' hourly cost
+    summed (glassbox_engine_hourly_cost, with --gpu-hour-price). Absent where Prometheus
+    has no dcgm-exporter, or no price."""
+    ns, m, w = sel.selector(model=False), sel.selector(), sel.range
+    join = _pods_join(sel)
+
+    def per_gpu(name: str, function: str) -> str:
+        return f"max by ({GPU_BY}) ({function}({name}{ns}{w}){join})"
+
+    return {
+        "dcgm_fb_used": per_gpu("DCGM_FI_DEV_FB_USED", "last_over_time"),
+        "dcgm_fb_free": per_gpu("DCGM_FI_DEV_FB_FREE", "last_over_time"),
+        "dcgm_dram_active": (
+            f"avg by ({BY}) (avg_over_time(DCGM_FI_PROF_DRAM_ACTIVE{ns}{w}){join})"
+        ),
+        "hourly_cost": (f"sum by ({BY}) (last_over_time({series.ENGINE_HOURLY_COST.name}{m}{w}))"),
+    }
 
 
 def preemption_step(window_seconds: float) -> float:

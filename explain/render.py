@@ -91,7 +91,7 @@ def show(figure: Figure) -> str:
         return ("+" if v >= 0 else "−") + share(abs(v))
     if unit == "times":
         return f"{_significant(v)}×"
-    if unit == "factor":
+    if unit in ("factor", "cost"):
         return _significant(v)
     if unit == "clock":
         return datetime.datetime.fromtimestamp(v, datetime.UTC).strftime("%H:%M:%S")

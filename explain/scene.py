@@ -161,7 +161,16 @@ class Scene:
     peak_bandwidth: Reading | None = None  # bytes/s, one GPU
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
-    gpu_memory: Reading | None = None  # bytes, one GPU (given by hand: no series has it)
+    gpu_memory: Reading | None = None  # bytes, one GPU, given by hand (--gpu-memory)
+    # The GPU's own counters (dcgm-exporter), where the source has them: one GPU of the
+    # model's pods, its framebuffer used and free (MiB); DRAM activity (0–1) over the
+    # window, the mean of the model's GPUs.
+    dcgm_fb_used: Reading | None = None
+    dcgm_fb_free: Reading | None = None
+    dcgm_dram_active: Reading | None = None
+    # What the model's engines' GPUs cost an hour, engines summed (glassbox_engine_hourly_cost,
+    # from --gpu-hour-price); None without a price.
+    hourly_cost: Reading | None = None
     vllm_version: str | None = None
     # The KV pool: one engine's (engines are started alike).
     kv_capacity: Reading | None = None  # tokens

@@ -99,6 +99,13 @@ def scene_from_state(
         running_peak=_values(peak[s.RUNNING], f"vllm:num_requests_running ({over})", "max"),
         waiting_peak=_values(peak[s.WAITING], f"vllm:num_requests_waiting ({over})", "max"),
         kv_exhaustion=_values(exhaustion, series.KV_EXHAUSTION.name, "min"),
+        hourly_cost=_values(
+            {}
+            if (hourly := state.engine_hourly_cost()) is None
+            else dict.fromkeys(engines, hourly),
+            f"{series.ENGINE_HOURLY_COST.name} (engines summed)",
+            "sum",
+        ),
         pools=_pools(state, facts, exhaustion, window),
         spec_configured=spec,
         startup=_startup(state),

@@ -6,7 +6,9 @@ keeps every instant query it made and what the real Prometheus answered;
 `serve_recording` answers those same queries over loopback HTTP, as Prometheus' API does,
 so that `glassbox explain` runs unchanged on captured data. It is the narrowest double:
 a query that was not recorded (a changed query, another time) is answered with
-Prometheus' own error shape, so the test fails loudly rather than reading nothing.
+Prometheus' own error shape, so the test fails loudly rather than reading nothing; only
+a query of series the recorded stacks never had (`NEWER_THAN_RECORDINGS`) reads "no
+series".
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ def load(name: str) -> dict[str, Any]:
     return data
 
 
+#: Series the recorded stacks had none of (a CPU stack: no dcgm-exporter; no
+#: --gpu-hour-price), read by queries newer than the recordings: a query of one of them
+#: that was not recorded is answered "no series", so the recordings need no new capture.
+#: Any other unrecorded query still fails loudly.
+NEWER_THAN_RECORDINGS = ("DCGM_FI_", "glassbox_engine_hourly_cost", "glassbox_gpu_hour_price")
+
+
+def _newer_than_recordings(expr: str) -> bool:
+    return any(name in expr for name in NEWER_THAN_RECORDINGS)
+
+
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64  # explain asks its queries side by side: none may wait a SYN retry
@@ -79,6 +92,13 @@ def serve_recording(recording: dict[str, Any]) -> Iterator[str]:
                 return
             at = float(params["time"]) if "time" in params else None
             key = _key(params.get("query", ""), at)
+            if key not in answers and _newer_than_recordings(params.get("query", "")):
+                # A query of series the recorded stacks never had (no dcgm-exporter, no
+                # price) and that came after them: "no series", as Prometheus would answer.
+                self._send(
+                    200, {"status": "success", "data": {"resultType": "vector", "result": []}}
+                )
+                return
             if key not in answers:
                 self._send(
                     400,

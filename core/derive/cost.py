@@ -96,3 +96,19 @@ def cost_per_million_tokens_at_step(
         return None
     scale = ratio(new_step_seconds, step_seconds)
     return None if scale is None else cost_per_million * scale
+
+
+def pool_fill_of_engines(
+    used_tokens: float | None, capacity_tokens: float | None, engines: int
+) -> float | None:
+    """Mean share of the model's KV pools that requests held: the mean used tokens of the
+    window (engines summed) over one engine's capacity × engines (engines alike)."""
+    if used_tokens is None or capacity_tokens is None or engines <= 0:
+        return None
+    return ratio(used_tokens, capacity_tokens * engines)
+
+
+def unused_share(fill: float | None) -> float | None:
+    """The share of the pool no request held, of a mean fill (0..1): 1 − fill (the mean
+    of 1 − usage is 1 − the mean usage, so it is `unused_pool_ratio` of the same readings)."""
+    return None if fill is None else 1.0 - min(max(fill, 0.0), 1.0)

@@ -71,3 +71,12 @@ def bandwidth_check(
     else:
         verdict = "weights_overcounted"
     return BandwidthCheck(dram_active, weight_reads, gap, verdict)
+
+
+def dram_active_beyond_weight_reads(
+    dram_active: float | None, weight_reads: float | None
+) -> float | None:
+    """DRAM activity less glassbox's weight-read share of the peak (`bandwidth_check`'s gap;
+    the rule namespace_model_name:dcgm_dram_active_beyond_weight_reads:avg)."""
+    check = bandwidth_check(dram_active, weight_reads)
+    return None if check is None else check.gap

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from vllm_glassbox.core import derive
 from vllm_glassbox.core import snapshot as s
-from vllm_glassbox.explain.findings import Figure, Finding, counted, say
+from vllm_glassbox.explain.findings import Figure, Finding, core, counted, read, say
 from vllm_glassbox.explain.scene import Reading, Scene
 
 Diagnosis = Callable[[Scene], list[Finding]]
@@ -71,3 +72,28 @@ def lab_reading(scene: Scene, value: float | None, what: str) -> Reading | None:
     if value is None or scene.lab is None:
         return None
     return Reading(value, f"{scene.lab.source}: {what}")
+
+
+#: What a price would add, where a finding has none (`unseen`).
+NO_PRICE = (
+    "the price of a GPU hour (the exporter's --gpu-hour-price, the chart's "
+    "cost.gpuHourPrice), which would price it"
+)
+
+
+def gpu_memory(scene: Scene) -> Figure | None:
+    """One GPU's memory: as given (--gpu-memory), else dcgm-exporter's framebuffer used +
+    free where Prometheus has it."""
+    given = read(scene.gpu_memory, "bytes")
+    if given is not None:
+        return given
+    return core(
+        derive.gpu_memory_from_framebuffer, scene.dcgm_fb_used, scene.dcgm_fb_free, unit="bytes"
+    )
+
+
+def cost_per_million_tokens(scene: Scene) -> Figure | None:
+    """What a million generated tokens cost over the window: the engines' GPU hours."""
+    return core(
+        derive.cost_per_million_generated_tokens, scene.decode, scene.hourly_cost, unit="cost"
+    )

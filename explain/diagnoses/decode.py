@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from vllm_glassbox.core import derive
 from vllm_glassbox.explain.diagnoses.common import (
     MIN_DECODE_STEPS,
+    NO_PRICE,
     RUNBOOK,
+    cost_per_million_tokens,
     decode_steps,
     flagged,
     lab_reading,
@@ -86,10 +88,10 @@ def decode(scene: Scene) -> list[Finding]:
     if scene.mixture_of_experts:
         assumes.append("mixture of experts: one token's active weights; a batch reads more")
     unseen: list[str] = []
-    finding, severity, title, what = _judged(
-        _reads(scene, step, tpot, weights, bandwidth), assumes, unseen
-    )
-    change = _other_precisions(scene, bandwidth, unseen)
+    reads = _reads(scene, step, tpot, weights, bandwidth)
+    finding, severity, title, what = _judged(reads, assumes, unseen)
+    what = joined(what, _dram(scene, reads, unseen))
+    change = _other_precisions(scene, bandwidth, step, unseen)
     return [
         Finding(
             "decode",
@@ -209,7 +211,59 @@ def _judged(r: _Reads, assumes: list[str], unseen: list[str]) -> _Judgement:
     return "not_weight_bound", severity, "Decode is not bound by weight reads", what
 
 
-def _other_precisions(scene: Scene, bandwidth: Figure, unseen: list[str]) -> list[Statement]:
+def _dram(scene: Scene, r: _Reads, unseen: list[str]) -> Statement | None:
+    """dcgm-exporter's DRAM activity beside the weight reads' share of the peak: agreeing
+    within the core's tolerance, or busier (a reader the counters' model misses), or less
+    busy (the weights or the layout misread)."""
+    if r.share is None:
+        return None
+    dram = read(scene.dcgm_dram_active, "ratio")
+    if dram is None:
+        unseen.append(
+            "the GPU's own DRAM activity (dcgm-exporter's DCGM_FI_PROF_DRAM_ACTIVE), to set "
+            "beside the weight reads' share of the peak"
+        )
+        return None
+    check = derive.bandwidth_check(dram.value, r.share.value)
+    gap = core(derive.dram_active_beyond_weight_reads, dram, r.share, unit="ratio")
+    if check is None or gap is None:
+        return None
+    if check.verdict == "agree":
+        template = (
+            "; the GPU's DRAM was busy {dram} of the time (DCGM), agreeing with the weight "
+            "reads' {share}"
+        )
+    elif check.verdict == "unmodelled_reads":
+        template = (
+            "; the GPU's DRAM was busy {dram} of the time (DCGM), {gap} above the weight "
+            "reads' {share}: the counters' model misses a reader (KV cache reads share that "
+            "bandwidth, and grow with the tokens held)"
+        )
+    else:
+        template = (
+            "; the GPU's DRAM was busy only {dram} of the time (DCGM), under the weight "
+            "reads' {share} ({gap}): the weights or the layout are misread"
+        )
+    figures = {"dram": dram, "share": r.share}
+    return say(template, **figures, **({} if check.verdict == "agree" else {"gap": gap}))
+
+
+def _priced(scene: Scene, step: Figure, predicted: Figure | None) -> Statement | None:
+    """What a million tokens would cost at the predicted time a token (against the
+    inter-token latency now), at this load."""
+    cost = core(
+        derive.cost_per_million_tokens_at_step,
+        cost_per_million_tokens(scene),
+        step,
+        predicted,
+        unit="cost",
+    )
+    return say_if(": {cost} per million tokens at this load", cost=cost)
+
+
+def _other_precisions(
+    scene: Scene, bandwidth: Figure, step: Figure, unseen: list[str]
+) -> list[Statement]:
     """The step and the pool at other weights: the lab's variants when a lab run is
     given (and what the lab measured of each, with the error); else 8 and 4 bits of a
     16-bit model."""
@@ -261,9 +315,12 @@ def _other_precisions(scene: Scene, bandwidth: Figure, unseen: list[str]) -> lis
                     weights=weights,
                     predicted=predicted,
                 ),
+                _priced(scene, step, predicted),
                 pool,
             )
         )
+    if out and cost_per_million_tokens(scene) is None:
+        unseen.append(f"the cost of a million tokens at each precision: {NO_PRICE}")
     if out:
         unseen.append(
             "the precision of the weights now (taken as 16-bit) and how much of a step is "

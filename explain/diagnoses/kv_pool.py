@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from vllm_glassbox.core import derive
 from vllm_glassbox.core import snapshot as s
-from vllm_glassbox.explain.diagnoses.common import RUNBOOK, decode_steps, window
+from vllm_glassbox.explain.diagnoses.common import RUNBOOK, decode_steps, gpu_memory, window
 from vllm_glassbox.explain.findings import (
     Figure,
     Finding,
@@ -466,7 +466,7 @@ def _memory_setting(
         memory,
         scene.kv_memory,
         scene.gpu_memory_utilization,
-        scene.gpu_memory,
+        gpu_memory(scene),
         unit="ratio",
     )
     current = read(scene.gpu_memory_utilization, "ratio")
@@ -480,8 +480,8 @@ def _memory_setting(
             now=now,
         )
     unseen.append(
-        "the GPU's memory (no series has it; `glassbox explain --gpu-memory`), so no "
-        "--gpu-memory-utilization for that pool"
+        "the GPU's memory (dcgm-exporter's DCGM_FI_DEV_FB_USED + FB_FREE, or "
+        "`glassbox explain --gpu-memory`), so no --gpu-memory-utilization for that pool"
     )
     return say(
         "it takes {memory} of KV memory a GPU (now {now}): more utilization, quantized "
