@@ -230,7 +230,8 @@ def fleet_cost_per_engine() -> Panel:
         "Cost per million tokens per engine (the exporters')",
         per_engine("glassbox_cost_per_million_generated_tokens")
         + " Dashed: "
-        + help_of("glassbox_cost_per_million_prompt_tokens"),
+        + help_of("glassbox_cost_per_million_prompt_tokens")
+        + _NO_PRICE,
         [
             Q(q.COST_PER_MILLION_GENERATED_ENGINE, "generated: " + ENGINE_LEGEND),
             fleet_q(q.COST_PER_MILLION_PROMPT_ENGINE, "prompt: " + ENGINE_LEGEND),
@@ -258,7 +259,9 @@ def fleet_unused_capacity() -> Panel:
         "Share of GPU hours no request used, over the hour",
         "namespace_model_name:vllm_cost_idle:ratio_avg1h: engines with no request "
         "running; dashed: namespace_model_name:vllm_cost_unused_pool:ratio_avg1h, the "
-        "KV pools' share no request held (idle time counts whole). No price needed.",
+        "KV pools' share no request held (idle time counts whole). No price needed. "
+        "Empty while the model's servers have run for less than a minute (the hour's "
+        "average is taken a minute at a time).",
         [
             Q(q.COST_IDLE_RATIO, "idle: " + _MODEL_LEGEND),
             fleet_q(q.COST_UNUSED_POOL_RATIO, "unused pool: " + _MODEL_LEGEND),
