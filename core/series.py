@@ -265,6 +265,11 @@ WINDOWED: tuple[WindowedSeries, ...] = (
         lambda d, c: derive.cost_per_million_prompt_tokens(d, c.engine_hourly_cost),
     ),
 )
+
+#: The windowed series a price of a GPU hour gives (--gpu-hour-price): absent without one.
+PRICED = frozenset(
+    {"glassbox_cost_per_million_generated_tokens", "glassbox_cost_per_million_prompt_tokens"}
+)
 WINDOW_COVERED = gauge(
     "glassbox_window_covered_seconds",
     "Seconds of polls the windowed series of this engine span: the window, less up to "

@@ -35,7 +35,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vllm_glassbox import __version__
 from vllm_glassbox.core.errors import ERROR_REASONS
-from vllm_glassbox.core.series import WINDOWED
+from vllm_glassbox.core.series import PRICED, WINDOWED
 from vllm_glassbox.exporter.service import ExporterConfig, Poller, make_server
 
 from tests.misbehaving import (
@@ -89,8 +89,11 @@ SPEC_ONLY = {
     "glassbox_spec_decode_mean_acceptance_length",
     "glassbox_spec_decode_draft_coverage_ratio",
 }
+# PRICED: absent without a price of a GPU hour; these exporters are given none.
 FAILURE_REASONS = tuple(r for r in ERROR_REASONS if r != "slow")
-DERIVED = {s.name for s in WINDOWED} - SPEC_ONLY | PER_ENGINE_DERIVED | {"glassbox_vllm_info"}
+DERIVED = (
+    {s.name for s in WINDOWED} - SPEC_ONLY - PRICED | PER_ENGINE_DERIVED | {"glassbox_vllm_info"}
+)
 #: Absent from a page in multiprocess mode: several API servers may count a step each.
 STEP_SERIES = {
     "glassbox_engine_steps_per_second",
