@@ -54,6 +54,13 @@ NOT_ON_THE_STACK = {
         for ref in refs
     },
 }
+# Panels whose data depends on where the minute falls: an hour's average at 1-minute steps
+# has data from the first whole minute after Prometheus began scraping, which the stack's
+# run from its first scrape to the flood's end (about a minute) may or may not reach.
+MAY_BE_EMPTY = {
+    ("Share of GPU hours no request used, over the hour", "A"),
+    ("Share of GPU hours no request used, over the hour", "B"),
+}
 # Dashboards of what the stack is not: it runs one vLLM server, with no KV connector and no
 # adapters. Their queries answer without error here and may have data (a server's prompt
 # tokens by source) or none; they are checked with data on a page that has every series
@@ -93,7 +100,10 @@ def test_every_query_returns_data_over_the_stacks_run(panels: list[PanelData]) -
             excused = (panel.title, target.ref_id) in NOT_ON_THE_STACK
             if target.error:
                 failed.append(f"{where}: {target.error}")
-            elif panel.dashboard_uid in NOT_THIS_STACK:
+            elif (
+                panel.dashboard_uid in NOT_THIS_STACK
+                or (panel.title, target.ref_id) in MAY_BE_EMPTY
+            ):
                 continue
             elif not target.has_data and not excused:
                 missing.append(where)
@@ -186,6 +196,10 @@ def test_snapshot_command_draws_every_panel(
     ] + [
         panel.title
         for panel in panels
-        if panel.dashboard_uid in NOT_THIS_STACK and not any(t.has_data for t in panel.targets)
+        if (
+            panel.dashboard_uid in NOT_THIS_STACK
+            or all((panel.title, t.ref_id) in MAY_BE_EMPTY for t in panel.targets)
+        )
+        and not any(t.has_data for t in panel.targets)
     ]
     assert index.count("**no data**") == len(empty)
