@@ -16,7 +16,6 @@ from vllm_glassbox.dashboards.common import (
     ENGINE,
     ENGINE_LEGEND,
     MODEL,
-    NAMESPACE_RULE,
     NUMBER,
     PER_SECOND,
     RATIO,
@@ -29,7 +28,7 @@ from vllm_glassbox.dashboards.common import (
 from vllm_glassbox.dashboards.common import dashboard as _dashboard
 from vllm_glassbox.dashboards.exporter_help import help_of, per_engine
 from vllm_glassbox.dashboards.panels import fleet_q
-from vllm_glassbox.dashboards.queries import RATE, exporter
+from vllm_glassbox.dashboards.queries import RATE, exporter, model_rule
 
 PAIR_LEGEND = "{{model_name}} pair, 5m ({{namespace}})"
 NO_PAIR = (
@@ -39,9 +38,8 @@ NO_PAIR = (
 NO_LORA = " Empty while no server in range runs with --enable-lora."
 
 
-def pair(record: str) -> str:
-    """A recording rule of the pair: per namespace and model, whatever the jobs."""
-    return f"{record}{{{NAMESPACE_RULE}}}"
+# A recording rule of the pair: per namespace and model, whatever the jobs.
+pair = model_rule
 
 
 def _pair_line(record: str) -> str:
