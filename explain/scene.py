@@ -279,7 +279,8 @@ def _pool_json(pool: EnginePool) -> JSON:
     return body
 
 
-def _pool(data: Mapping[str, Any]) -> EnginePool:
+def pool_from_json(data: Mapping[str, Any]) -> EnginePool:
+    """One engine's pool as `/findings` and scenes carry it (`pools`)."""
     readings = {name: _reading(data.get(name)) for name in _POOL_READINGS}
     return EnginePool(engine=str(data["engine"]), **readings)
 
@@ -349,7 +350,7 @@ def scene_from_json(data: Mapping[str, Any]) -> Scene:
             for stage, raw in dict(data.get("startup", {})).items()
             if (r := _reading(raw)) is not None
         },
-        pools=tuple(_pool(p) for p in data.get("pools", [])),
+        pools=tuple(pool_from_json(p) for p in data.get("pools", [])),
         objectives=tuple(_objective(o) for o in data.get("objectives", [])),
         blind=tuple(Blind(**b) for b in data.get("blind", [])),
         lab=lab,

@@ -51,7 +51,7 @@ def rejudged(lines: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str,
     """Each exporter's recorded window facts judged again by this checkout's kv_pool."""
     from vllm_glassbox.explain.diagnoses.kv_pool import kv_pool
     from vllm_glassbox.explain.render import sentence
-    from vllm_glassbox.explain.scene import EnginePool, Reading, Scene, Scope
+    from vllm_glassbox.explain.scene import Reading, Scene, Scope, pool_from_json
 
     capacity = _capacity(lines)
     windows = {e["name"]: e["window"] for e in run["exporters"]}
@@ -60,15 +60,7 @@ def rejudged(lines: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str,
         name = x["source"].removeprefix("findings/")
         if not x["source"].startswith("findings/") or "pools" not in x or capacity is None:
             continue
-        pools = tuple(
-            EnginePool(
-                engine=p["engine"],
-                **{
-                    k: Reading(v["value"], v["source"]) for k, v in p.items() if k != "engine" and v
-                },
-            )
-            for p in x["pools"]
-        )
+        pools = tuple(pool_from_json(p) for p in x["pools"])
         scope = Scope(
             "exporter", run["url"], None, run["model"], len(pools), windows[name], x["unix"]
         )
