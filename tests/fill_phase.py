@@ -1,6 +1,6 @@
 """The real stack's fill phase (tests/realstack.py): sampled requests that outgrow vLLM's
 KV pool, one token per step each, in slices of vLLM's running; after each slice vLLM is
-paused (tests/vllm_pause.py) and an exporter core of its own polls it, until a poll shows
+held still (tests/vllm_pause.py) and an exporter core of its own polls it, until a poll shows
 the first preemption. What each poll published is kept (`FinePoll`), and `first_preemption`
 reads the polls as vLLM's queue and counter show a preemption.
 """
@@ -20,8 +20,9 @@ from typing import Any
 from vllm_glassbox.core import snapshot as s
 from vllm_glassbox.core.snapshot import read_snapshot
 from vllm_glassbox.exporter.service import ExporterConfig, Poller
+from vllm_glassbox.lab.backends.server_process import ServerProcess
 
-from tests.vllm_pause import frozen
+from tests.vllm_pause import held
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,11 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 # random model's ngram drafts are rejected, so each request grows one token per step.
 FILL_REQUESTS = 4
 FILL_MAX_TOKENS = 2000
-# vLLM runs this long between two polls of it paused, and a fifth of it once the pool is
-# NEAR_FULL. The headroom is 0 for the last block of every request before the first
-# preemption, 128 steps; beside a busy core a poll's cycle (its slice, and the pause's own
-# latency) ran some 40 steps near the end, and three polls saw the headroom at 0 before
-# the preemption, in each of two runs.
+# vLLM runs this long between two polls of it held still, and a fifth of it once the pool
+# is NEAR_FULL. The headroom is 0 for the last block of every request before the first
+# preemption, 128 steps; a slice is this long exactly (a signal stops the engine), not
+# this plus however late an HTTP pause lands.
 FILL_SLICE_SECONDS = 0.25
 NEAR_FULL = 0.75
 WINDOW_SECONDS = 60.0  # the fine exporter core's window, as the stack's exporter's
@@ -95,7 +95,7 @@ def _fine_poller(vllm_url: str) -> tuple[Poller, _KeepingPages]:
             target=vllm_url,
             interval_seconds=FILL_SLICE_SECONDS,
             window_seconds=WINDOW_SECONDS,
-            # vLLM is paused at each poll: a late answer is still of the poll's moment.
+            # vLLM is held still at each poll: a late answer is still of the poll's moment.
             timeout_seconds=60.0,
         )
     )
@@ -104,16 +104,15 @@ def _fine_poller(vllm_url: str) -> tuple[Poller, _KeepingPages]:
     return poller, pages
 
 
-def _poll_frozen(poller: Poller, pages: _KeepingPages, vllm_url: str) -> FinePoll | None:
-    """One poll of vLLM held still (tests/vllm_pause.py): what it published, with vLLM's
-    running and waiting requests and preemptions from the same page; None if three polls
-    of the same frozen state all failed."""
-    with frozen(vllm_url) as still:
-        for _ in range(3):
-            if poller.poll_once():
-                break
-        else:
-            return None
+def _poll_still(poller: Poller, pages: _KeepingPages, still: float) -> FinePoll | None:
+    """One poll of vLLM held still since unix time `still` (tests/vllm_pause.py): what it
+    published, with vLLM's running and waiting requests and preemptions from the same
+    page; None if three polls of the same frozen state all failed."""
+    for _ in range(3):
+        if poller.poll_once():
+            break
+    else:
+        return None
     values = {
         sample.name: sample.value
         for family in poller.published
@@ -185,20 +184,20 @@ def _slice_after(poll: FinePoll | None) -> float:
 
 
 def fill_until_preempted(
-    vllm_url: str, model: str, polls: list[FinePoll], deadline_seconds: float = 900.0
+    vllm: ServerProcess, model: str, polls: list[FinePoll], deadline_seconds: float = 900.0
 ) -> None:
     """The fill, in slices: vLLM runs FILL_SLICE_SECONDS (a fifth of it once the pool is
-    NEAR_FULL), then is paused and polled by an exporter core (each poll appended to
+    NEAR_FULL), then is held still and polled by an exporter core (each poll appended to
     `polls`), until a poll shows the first preemption. Every poll reads a state that holds
     still, one slice after the last, so none is lost to a late answer."""
-    poller, pages = _fine_poller(vllm_url)
+    poller, pages = _fine_poller(vllm.url)
     with tempfile.TemporaryFile() as errors:
         client = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "tests.fill_requests",
-                vllm_url,
+                vllm.url,
                 model,
                 str(FILL_REQUESTS),
                 str(FILL_MAX_TOKENS),
@@ -209,21 +208,22 @@ def fill_until_preempted(
         )
         try:
             deadline = time.monotonic() + deadline_seconds  # a hang, not a measurement
-            while first_preemption(polls) is None:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the fill phase never made vLLM preempt")
-                ended = client.poll() is not None  # a last poll has the last word
-                time.sleep(_slice_after(polls[-1] if polls else None))
-                poll = _poll_frozen(poller, pages, vllm_url)
-                if poll is not None:
-                    polls.append(poll)
-                if ended and first_preemption(polls) is None:
-                    errors.seek(0)
-                    seen = [(p.values.get(RUNNING), p.values.get(WAITING)) for p in polls]
-                    raise RuntimeError(
-                        "the fill requests ended before vLLM preempted "
-                        f"(running, waiting per poll: {seen}):\n{errors.read().decode()[-2000:]}"
-                    )
+            with held(vllm) as hold:
+                while first_preemption(polls) is None:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the fill phase never made vLLM preempt")
+                    ended = client.poll() is not None  # a last poll has the last word
+                    still = hold.run(_slice_after(polls[-1] if polls else None))
+                    poll = _poll_still(poller, pages, still)
+                    if poll is not None:
+                        polls.append(poll)
+                    if ended and first_preemption(polls) is None:
+                        errors.seek(0)
+                        seen = [(p.values.get(RUNNING), p.values.get(WAITING)) for p in polls]
+                        raise RuntimeError(
+                            "the fill requests ended before vLLM preempted (running, "
+                            f"waiting per poll: {seen}):\n{errors.read().decode()[-2000:]}"
+                        )
         finally:
             client.terminate()
             try:

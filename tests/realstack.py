@@ -11,14 +11,15 @@ workload is fixed and runs before any test looks at the data:
   quiet          SPEC_QUIET_SECONDS with no traffic: compare windowed values at
                  `spec_compare_at` (end of spec + a few seconds).
   phase "flood"  concurrent long requests on a 4,096-token pool: the pool fills,
-                 requests wait, vLLM preempts. Once vLLM's page shows the pool full with
-                 a queue, vLLM is paused (its dev-mode /pause, tests/vllm_pause.py) until
-                 the exporter has polled it and Prometheus has scraped both: the full pool
-                 and its queue are in every source the tests read, on any machine.
+                 requests wait, vLLM preempts. vLLM runs in slices, held still after each
+                 (tests/vllm_pause.py); once its page shows the pool full with a queue,
+                 it is held until the exporter has polled it and Prometheus has scraped
+                 both: the full pool and its queue are in every source the tests read, on
+                 any machine.
   phase "fill"   sampled requests that would outgrow the pool, one token per step each,
                  until vLLM preempts one (then they are cancelled): the pool fills slowly
-                 enough to watch the KV headroom run out. vLLM runs in slices, paused after
-                 each while a second exporter core polls it (tests/fill_phase.py); what
+                 enough to watch the KV headroom run out. vLLM runs in slices, held still
+                 after each while a second exporter core polls it (tests/fill_phase.py); what
                  each poll published is kept (`RealStack.fine_polls`).
 
 Prometheus scrapes vLLM and the exporter every second and evaluates every rule file in
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import math
 import shutil
 import sys
@@ -61,7 +63,7 @@ from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 from vllm_glassbox.rules import slo_rule_file_text
 
 from tests.fill_phase import WAITING, FinePoll, fill_until_preempted
-from tests.vllm_pause import frozen, vllm_values
+from tests.vllm_pause import held, vllm_values
 
 REPO = Path(__file__).resolve().parent.parent
 GLASSBOX = str(Path(sys.executable).parent / "glassbox")
@@ -117,6 +119,9 @@ LATE_SECONDS = 0.1  # past the timeout: Prometheus was late (FailedScrape.promet
 STALL_WATCH = REPO / "tests" / "stall_watch.py"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 FULL_POOL = 0.95  # the flood is frozen at this usage or more, with requests waiting
+# How long vLLM runs between two reads of it held still during the flood: the pool is
+# full with a queue for seconds of a flood of 8 to 24 s on two cores.
+FLOOD_SLICE_SECONDS = 0.5
 
 
 @dataclass
@@ -177,11 +182,8 @@ def _http_ok(url: str) -> bool:
     return httpx.get(url, timeout=5).status_code == 200
 
 
-def vllm_server(
-    workdir: Path, model_dir: Path, port: int | None = None, *, dev_mode: bool = False
-) -> ServerProcess:
+def vllm_server(workdir: Path, model_dir: Path, port: int | None = None) -> ServerProcess:
     """The stack's vLLM (not started): ngram speculation, a 4,096-token pool (8 MiB of KV).
-    `dev_mode`: vLLM's /pause and /resume.
 
     At nice VLLM_NICENESS: on two cores the CPU build's load took the CPU from the exporter
     and Prometheus (a scrape of the exporter failed past 0.9 s; Prometheus noticed its own
@@ -204,7 +206,6 @@ def vllm_server(
         ],
         log_path=workdir / "vllm.log",
         port=port,
-        env={"VLLM_SERVER_DEV_MODE": "1"} if dev_mode else None,
         command=f"nice -n {VLLM_NICENESS} {DEFAULT_COMMAND}",
     )
 
@@ -357,7 +358,7 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
     exporter: ChildProcess | None = None
     prometheus: PrometheusProcess | None = None
     launched = time.time()
-    with stall_watch(workdir) as watch, vllm_server(workdir, model_dir, dev_mode=True) as vllm:
+    with stall_watch(workdir) as watch, vllm_server(workdir, model_dir) as vllm:
         try:
             vllm.wait_ready()
             ready = time.time()
@@ -382,7 +383,7 @@ def real_stack(workdir: Path) -> Iterator[RealStack]:
                 wait_scraped(stack.prometheus_url, set(targets), after=time.time())
             _run_workload(stack)
             stack.times["fill_start"] = time.time()
-            fill_until_preempted(stack.vllm.url, stack.served_model_name, stack.fine_polls)
+            fill_until_preempted(stack.vllm, stack.served_model_name, stack.fine_polls)
             stack.times["fill_end"] = time.time()
             yield stack
         finally:
@@ -441,29 +442,31 @@ def _run_workload(stack: RealStack) -> None:
     wait_scraped(stack.prometheus_url, {"vllm", "glassbox"}, after=t["flood_end"] + 2)
 
 
+def _exporter_polled_since(exporter_url: str, at: float) -> bool:
+    return read_exporter_page(exporter_url, 30).polled_since(at)
+
+
 def _freeze_a_full_pool(stack: RealStack, sent: Sequence[concurrent.futures.Future[Any]]) -> None:
-    """Once vLLM's pool is full with requests waiting, hold it so (tests/vllm_pause.py)
-    until the exporter has polled it and Prometheus has scraped both since: every source
-    the flood's tests read has seen the full pool and its queue, whatever the machine's
-    load did to their timing."""
-    url = stack.vllm.url
-    seen: list[tuple[float, float]] = []  # (usage, waiting) of each read of vLLM
+    """vLLM runs the flood in slices of FLOOD_SLICE_SECONDS, held still after each
+    (tests/vllm_pause.py) while the test reads it; once a read shows the pool full with
+    requests waiting, it is held so until the exporter has polled it and Prometheus has
+    scraped both since: every source the flood's tests read has seen the full pool and its
+    queue, whatever the machine's load did to their timing (a read of a running vLLM's page
+    took the whole flood to come back on this machine)."""
+    seen: list[tuple[float, float]] = []  # (usage, waiting) of each still vLLM
 
     def full() -> bool:
-        values = vllm_values(url, (KV_USAGE, WAITING))
+        values = vllm_values(stack.vllm.url, (KV_USAGE, WAITING))
         seen.append((values[KV_USAGE], values[WAITING]))
         return values[KV_USAGE] >= FULL_POOL and values[WAITING] > 0
 
-    while True:
-        while not full():
-            if all(request.done() for request in sent):
-                raise RuntimeError(f"the flood never filled the pool with a queue: {seen}")
-            time.sleep(0.2)
-        with frozen(url) as still:
-            if not full():
-                continue  # gone by the time the pause took: let it go, watch again
-            wait_until(lambda: read_exporter_page(stack.exporter_url, 30).polled_since(still),
-                       "the exporter's poll of the full pool")  # fmt: skip
-            wait_scraped(stack.prometheus_url, {"vllm", "glassbox"}, after=time.time())
-            stack.times.update(flood_frozen=still, flood_resumed=time.time())
-            return
+    with held(stack.vllm) as hold:
+        while not all(request.done() for request in sent):
+            still = hold.run(FLOOD_SLICE_SECONDS)
+            if full():
+                wait_until(functools.partial(_exporter_polled_since, stack.exporter_url, still),
+                           "the exporter's poll of the full pool")  # fmt: skip
+                wait_scraped(stack.prometheus_url, {"vllm", "glassbox"}, after=time.time())
+                stack.times.update(flood_frozen=still, flood_resumed=time.time())
+                return
+    raise RuntimeError(f"the flood never filled the pool with a queue: {seen}")

@@ -137,6 +137,7 @@ class ChildProcess:
         for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)
+                os.killpg(proc.pid, signal.SIGCONT)  # a stopped worker acts on it only then
             try:
                 code = proc.wait(timeout=wait)
                 break

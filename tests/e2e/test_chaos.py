@@ -184,7 +184,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
     vllm_port, exporter_port, prometheus_port = free_port(), free_port(), free_port()
     exporter_url = f"http://127.0.0.1:{exporter_port}"
     jobs = {"vllm": f"127.0.0.1:{vllm_port}", "glassbox": f"127.0.0.1:{exporter_port}"}
-    vllm = vllm_server(work, model_dir, vllm_port, dev_mode=True)
+    vllm = vllm_server(work, model_dir, vllm_port)
     exporter: ChildProcess | None = None
     prometheus: PrometheusProcess | None = None
     watch = stall_watch(work).start()
@@ -213,10 +213,10 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
             "vLLM preempting",
             timeout_seconds=300,
         )
-        # Freeze vLLM's counters (scheduler paused, requests kept in flight, pool full) until
+        # Freeze vLLM's counters (its engine stopped, requests in flight, pool full) until
         # the exporter has polled them and Prometheus has scraped them: both then hold the
-        # same last counts before the kill (pausing may itself count preemptions).
-        frozen = pause(vllm.url)
+        # same last counts before the kill.
+        frozen = pause(vllm)
         wait_until(lambda: _exporter_polled_after(exporter_url, frozen), "a poll of the freeze")
         wait_scraped(run.prometheus_url, {"vllm"}, after=frozen)
         run.preempted_before_kill = _vllm_value(vllm.url, "vllm:num_preemptions_total")

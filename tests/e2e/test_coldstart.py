@@ -27,7 +27,7 @@ BLOCK_TOKENS = 128  # the CPU build's block: the stack's pool is 32 blocks of 12
 def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_preemption(
     stack: RealStack,
 ) -> None:
-    """The fill phase, polled slice by slice with vLLM paused at each poll
+    """The fill phase, polled slice by slice with vLLM held still at each poll
     (RealStack.fine_polls): no poll is lost or late, so the polls before the first one
     that shows a request preempted show no headroom left, and exhaustion forecasts before
     those; the lead is counted in slices of vLLM's running."""
@@ -57,8 +57,8 @@ def test_headroom_falls_to_zero_and_exhaustion_is_predicted_before_the_first_pre
     assert preempted.values.get(headroom) == 0
     if not headroom_gone and before:
         # The headroom is 0 for the last block of each request, BLOCK_TOKENS steps: a poll
-        # lands in it unless vLLM ran that long in the one slice (a starved machine can
-        # hold a pause back for seconds). Then the lead cannot be seen, not a failure.
+        # lands in it unless vLLM ran that long in the one slice (only where no real-time
+        # helper times the slices: tests/vllm_pause.py). Then the lead cannot be seen.
         steps = steps_between(before[-1], preempted)
         if steps >= BLOCK_TOKENS:
             pytest.skip(f"the last slice before the preemption ran {steps:.0f} engine steps")

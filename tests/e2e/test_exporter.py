@@ -41,7 +41,7 @@ from vllm_glassbox.lab.backends.server_process import ServerProcess
 from vllm_glassbox.lab.backends.tinymodel import TinyModelSpec, generate
 
 from tests.realstack import RealStack
-from tests.vllm_pause import frozen
+from tests.vllm_pause import held
 
 pytestmark = pytest.mark.vllm
 
@@ -122,7 +122,6 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plain]:
             "--enforce-eager",  # no torch.compile: a minute less to start
         ],
         log_path=work / "vllm.log",
-        env={"VLLM_SERVER_DEV_MODE": "1"},  # for /pause and /resume (the KV test)
     )  # fmt: skip
     with vllm:
         vllm.wait_ready()
@@ -302,15 +301,13 @@ class _Recording(Fetcher):
         return text
 
 
-BATCHES = 4
-
-
 def test_kv_used_tokens_equal_usage_times_capacity_while_requests_hold_blocks(
     plain: Plain, workload: Workload
 ) -> None:
     """While requests hold KV blocks, each poll's used tokens are the usage on the very
-    page it read times the pool: an exporter of its own polls vLLM paused with the requests
-    in flight (tests/vllm_pause.py), so the page holds the blocks however late it comes."""
+    page it read times the pool: an exporter of its own polls vLLM held still with the
+    requests in flight (tests/vllm_pause.py), so the page holds the blocks however late it
+    comes, and vLLM runs 0.2 s between two polls, however late the test comes back."""
     cache = workload.after.labels("vllm:cache_config_info")
     capacity = int(cache["num_gpu_blocks"]) * int(cache["block_size"])
     url = plain.vllm.url
@@ -319,21 +316,16 @@ def test_kv_used_tokens_equal_usage_times_capacity_while_requests_hold_blocks(
     checked: list[tuple[float, float]] = []  # (usage, used tokens) of polls that saw blocks held
     polls: list[str] = []  # what each poll came to: its usage, or why it failed
     try:
-        # 3 x 1,900 tokens overflow the 4,096-token pool: blocks stay held for a long while,
-        # but a pause can take seconds to land on a busy machine: another batch, until five
-        # polls saw blocks held.
-        for batch in range(BATCHES):
-            if len(checked) == 5:
-                break
-            with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-                prompts = [f"Write a long essay {batch}.{i}" for i in range(3)]
+        # 3 x 1,900 tokens overflow the 4,096-token pool: blocks stay held for ~1,900 steps.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+            with held(plain.vllm) as hold:
+                prompts = [f"Write a long essay {i}" for i in range(3)]
                 running = [pool.submit(_complete, url, p, 1900) for p in prompts]
                 while not all(r.done() for r in running) and len(checked) < 5:
-                    time.sleep(0.2)  # vLLM runs, then holds still for the poll
-                    with frozen(url):
-                        if not poller.poll_once():
-                            polls.append(f"failed: {poller.failing}")
-                            continue
+                    hold.run(0.2)  # then vLLM holds still for the poll
+                    if not poller.poll_once():
+                        polls.append(f"failed: {poller.failing}")
+                        continue
                     text = fetcher.last_page
                     page = Page(_parse(text), time.time(), text)
                     usage = page.vllm("vllm:kv_cache_usage_perc")
@@ -341,12 +333,12 @@ def test_kv_used_tokens_equal_usage_times_capacity_while_requests_hold_blocks(
                     if usage > 0:
                         published = {s.name: s.value for f in poller.published for s in f.samples}
                         checked.append((usage, published["glassbox_kv_cache_used_tokens"]))
-                for r in running:
-                    r.result()
+            for r in running:
+                r.result()
     finally:
         fetcher.close()
     print(f"{len(checked)} polls with blocks held: (usage, used tokens) {checked}")
-    assert len(checked) == 5, f"{BATCHES} batches ended before five polls saw them: {polls}"
+    assert len(checked) == 5, f"the requests ended before five polls saw them: {polls}"
     for usage, used in checked:
         assert used == pytest.approx(usage * capacity, rel=REL)
 
