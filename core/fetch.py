@@ -104,6 +104,11 @@ class _Deadlines:
 
     def watch(self, watchdog: _Watchdog) -> None:
         with self._wake:
+            # Forget the fetches that ended in time now, not only when the thread next
+            # wakes: the heap (each entry holding its socket) stays at the fetches in
+            # flight, however late the thread runs on a busy machine.
+            while self._heap and self._heap[0][2].done:
+                heapq.heappop(self._heap)
             earliest = self._heap[0][0] if self._heap else math.inf
             heapq.heappush(self._heap, (watchdog.deadline, next(self._order), watchdog))
             if self._thread is None or not self._thread.is_alive():  # first, or forked

@@ -63,9 +63,10 @@ def test_python_objects_and_memory_stop_growing_after_the_warm_up(
     rows: list[dict[str, Any]],
 ) -> None:
     objects, later_objects = _warm_and_after(rows, "objects")
-    # Measured: within ±40 objects of 39,000 from life to life; one object leaked a poll
-    # would be 2,000 more by the end.
-    assert max(later_objects) - objects < 300, (objects, later_objects)
+    # Measured: 39,785 in every life after the warm-up, beside a busy core too (before the
+    # fetches' deadline heap forgot ended fetches at once, ±300 with the machine's timing);
+    # one object leaked a poll would be 2,000 more by the end.
+    assert max(later_objects) - objects < 50, (objects, later_objects)
     rss, later_rss = _warm_and_after(rows, "rss_mib")
     # Measured: +0.2 MiB over 2,000 polls after the warm-up (the allocator settling).
     assert max(later_rss) - rss < 1.0, (rss, later_rss)
